@@ -1,0 +1,146 @@
+//! The command's process: spawn it in its own process group, signal the group, reap it (and any
+//! orphaned descendants), and turn its end into an exit status.
+
+use std::ffi::OsString;
+use std::io;
+use std::process::{Command, Stdio};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
+
+use crate::exit::{Error, signal_status, status};
+use crate::sys;
+
+/// Environment the command receives from the wrapper.
+pub struct LockEnv {
+    pub key: OsString,
+    pub token: String,
+    pub fence: String,
+    pub ttl_ms: u64,
+}
+
+pub struct Child {
+    pid: Pid,
+    /// Whether the terminal was handed to the command and must be taken back.
+    foreground: bool,
+    sigchld: SignalStream,
+    exit: Option<u8>,
+}
+
+impl Child {
+    /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
+    /// wrapper's own `REDLOCK_*` configuration, plus the lock's variables.
+    pub fn spawn(argv: &[OsString], env: &LockEnv) -> Result<Child, Error> {
+        // Registered before the fork, so the command's exit cannot be missed.
+        let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
+        let (program, args) = argv.split_first().expect("clap requires a command");
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_")) {
+                cmd.env_remove(name);
+            }
+        }
+        cmd.env("REDLOCK_KEY", &env.key)
+            .env("REDLOCK_TOKEN", &env.token)
+            .env("REDLOCK_FENCE", &env.fence)
+            .env("REDLOCK_TTL_MS", env.ttl_ms.to_string());
+
+        let foreground = sys::foreground_terminal();
+        sys::prepare_child(&mut cmd, foreground);
+        sys::become_subreaper();
+        let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+        let pid = Pid::from_raw(child.id() as i32);
+        if foreground {
+            // Also done in the child; doing it here too closes the race with a command that
+            // touches the terminal before the child's own call.
+            sys::give_terminal_to(pid);
+        }
+        Ok(Child {
+            pid,
+            foreground,
+            sigchld,
+            exit: None,
+        })
+    }
+
+    /// Whether the command's group is the terminal's foreground group.
+    pub fn owns_terminal(&self) -> bool {
+        self.foreground
+    }
+
+    /// Sends `sig` to the command's whole process group. Harmless once the group is empty.
+    pub fn signal_group(&self, sig: Signal) {
+        match killpg(self.pid, sig) {
+            Ok(()) | Err(Errno::ESRCH) => {}
+            Err(e) => tracing::warn!("cannot send {sig} to the command's process group: {e}"),
+        }
+    }
+
+    /// Waits until the command itself has exited; returns its exit status (128+N for signal N).
+    /// Reaps every other child that ended meanwhile (orphans re-parented to the wrapper).
+    pub async fn wait(&mut self) -> u8 {
+        loop {
+            if let Some(code) = self.exit {
+                return code;
+            }
+            self.reap_orphans();
+            if let Some(code) = self.exit {
+                return code;
+            }
+            self.sigchld.recv().await;
+        }
+    }
+
+    /// Reaps every child that has ended: orphans re-parented to the wrapper, and the command
+    /// itself, whose status is kept for [`Child::wait`].
+    pub fn reap_orphans(&mut self) {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == self.pid => {
+                    self.exit = Some(u8::try_from(code).unwrap_or(status::INTERNAL));
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == self.pid => {
+                    self.exit = Some(signal_status(sig as i32));
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// Whether any process of the command's group is still alive.
+    pub fn group_alive(&self) -> bool {
+        killpg(self.pid, None).is_ok()
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // Whatever path leaves the wrapper, nothing of the command outlives it.
+        if self.exit.is_none() || self.group_alive() {
+            self.signal_group(Signal::SIGKILL);
+        }
+        if self.foreground {
+            sys::give_terminal_to(nix::unistd::getpgrp());
+        }
+    }
+}
+
+fn spawn_error(program: &OsString, e: &io::Error) -> Error {
+    let code = match e.kind() {
+        io::ErrorKind::NotFound => status::NOT_FOUND,
+        _ => status::NOT_EXECUTABLE,
+    };
+    Error::Spawn {
+        command: program.to_string_lossy().into_owned(),
+        reason: e.to_string(),
+        code,
+    }
+}

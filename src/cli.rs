@@ -1,0 +1,111 @@
+//! The command line, as clap sees it. Help text lives here; validation lives in `config.rs`.
+
+use std::ffi::OsString;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+const AFTER_HELP: &str = "\
+Durations use humantime syntax: 500ms, 30s, 30m, '1h 30m'.
+Every option can also be set with an environment variable REDLOCK_<NAME> (shown in brackets);
+a flag on the command line wins over the environment.
+
+Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
+65 the key holds another type; 69 Redis unavailable; 70 internal error; 75 lock busy;
+77 Redis refused the credentials or the ACL denies a command; 78 configuration error
+(malformed Redis URL); 124 stopped by --max-runtime; 125 lease lost, command stopped;
+126 command not executable; 127 command not found.
+
+Examples:
+  redlock-run --key lock:settlement:daily --ttl 30m -- ./settle.sh
+  redlock-run -k lock:deploy -t 5m --redis-url redis://redis.internal:6379 -- make deploy";
+
+/// Run a command while holding a lock in Redis, so that it runs on one machine at a time.
+///
+/// The lock is taken with `SET key value NX PX ttl`, renewed while the command runs, and
+/// released (compare-and-delete) when it ends. The command is run directly (no shell), in its
+/// own process group, with REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL_MS in its
+/// environment.
+#[derive(Debug, Parser)]
+#[command(
+    name = "redlock-run",
+    version,
+    about = "Run a command under a Redis lock: one machine at a time, across a fleet",
+    after_help = AFTER_HELP,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Lock key, used verbatim (any bytes the shell can pass)
+    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+    pub key: OsString,
+
+    /// Lease length: how long the lock lives without renewal
+    #[arg(
+        short,
+        long,
+        env = "REDLOCK_TTL",
+        value_name = "DUR",
+        default_value = "30s",
+        help_heading = "Lock"
+    )]
+    pub ttl: String,
+
+    /// Exit status when the lock is held by someone else (like flock -E)
+    #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, value_parser = clap::value_parser!(u8), help_heading = "Lock")]
+    pub busy_exit_code: u8,
+
+    /// Renewal period while the command runs [default: ttl/3]
+    #[arg(
+        long,
+        env = "REDLOCK_RENEW_EVERY",
+        value_name = "DUR",
+        help_heading = "Command supervision"
+    )]
+    pub renew_every: Option<String>,
+
+    /// Time between SIGTERM and SIGKILL when the command must stop [default: min(10s, ttl/6)]
+    #[arg(
+        long,
+        env = "REDLOCK_KILL_GRACE",
+        value_name = "DUR",
+        help_heading = "Command supervision"
+    )]
+    pub kill_grace: Option<String>,
+
+    /// What to do when ownership is lost or can no longer be confirmed
+    #[arg(long, env = "REDLOCK_ON_LOST", value_name = "ACTION", value_enum, default_value_t = OnLostArg::Terminate, help_heading = "Command supervision")]
+    pub on_lost: OnLostArg,
+
+    /// Stop the command after this long, like timeout(1); exit status 124
+    #[arg(
+        long,
+        env = "REDLOCK_MAX_RUNTIME",
+        value_name = "DUR",
+        help_heading = "Command supervision"
+    )]
+    pub max_runtime: Option<String>,
+
+    /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
+    #[arg(long, value_name = "URL", help_heading = "Redis connection")]
+    pub redis_url: Option<String>,
+
+    /// More diagnostics on stderr (-v: info, -vv: debug)
+    #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
+    pub verbose: u8,
+
+    /// Only errors on stderr
+    #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
+    pub quiet: bool,
+
+    /// The command to run and its arguments
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+/// `--on-lost` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnLostArg {
+    /// Stop the command (SIGTERM, then SIGKILL) before the lock can expire under it; exit 125
+    Terminate,
+    /// Keep the command running without the lock, warn loudly, exit with the command's status
+    Ignore,
+}

@@ -1,0 +1,144 @@
+//! Command-line arguments → one validated, typed [`Config`]. No clap types past this point.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use crate::cli::{Cli, OnLostArg};
+use crate::exit::Error;
+
+/// The lease arithmetic's allowance for clock drift and request latency (the Redlock spec's):
+/// `ttl/100 + 2ms`.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// What to do when ownership of the lock is lost or can no longer be confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    Terminate,
+    Ignore,
+}
+
+/// How much the wrapper says on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Info,
+    Debug,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub key: Vec<u8>,
+    pub ttl: Duration,
+    pub renew_every: Duration,
+    pub kill_grace: Duration,
+    pub on_lost: OnLost,
+    pub max_runtime: Option<Duration>,
+    pub busy_exit_code: u8,
+    pub redis_url: String,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+    pub verbosity: Verbosity,
+    pub command: Vec<OsString>,
+}
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> Result<Self, Error> {
+        let key = cli.key.as_bytes().to_vec();
+        if key.is_empty() {
+            return Err(usage("--key must not be empty"));
+        }
+        let ttl = duration("--ttl", &cli.ttl)?;
+        // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
+        let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
+        if ttl.is_zero() {
+            return Err(usage("--ttl must be at least 1ms"));
+        }
+        let renew_every = match &cli.renew_every {
+            Some(s) => duration("--renew-every", s)?,
+            None => ttl / 3,
+        };
+        let kill_grace = match &cli.kill_grace {
+            Some(s) => duration("--kill-grace", s)?,
+            None => (ttl / 6).min(Duration::from_secs(10)),
+        };
+        let max_runtime = cli
+            .max_runtime
+            .as_deref()
+            .map(|s| duration("--max-runtime", s))
+            .transpose()?;
+
+        let room = ttl.saturating_sub(drift(ttl));
+        if renew_every + kill_grace >= room {
+            return Err(usage(format!(
+                "--renew-every ({}) + --kill-grace ({}) must be less than --ttl ({}) minus the \
+                 drift allowance ({}): lengthen --ttl or shorten --renew-every / --kill-grace",
+                humantime::format_duration(renew_every),
+                humantime::format_duration(kill_grace),
+                humantime::format_duration(ttl),
+                humantime::format_duration(drift(ttl)),
+            )));
+        }
+
+        let redis_url = cli
+            .redis_url
+            .or_else(|| non_empty_env("REDLOCK_REDIS_URL"))
+            .or_else(|| non_empty_env("REDIS_URL"))
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+
+        // Redis I/O must never be what delays the stop path: every request is bounded well
+        // inside the slack between a renewal and the point where the command must be stopped.
+        let slack = room - renew_every - kill_grace;
+        let command_timeout = (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2));
+        let connect_timeout = (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
+
+        let verbosity = match (cli.quiet, cli.verbose) {
+            (true, _) => Verbosity::Quiet,
+            (false, 0) => Verbosity::Normal,
+            (false, 1) => Verbosity::Info,
+            (false, _) => Verbosity::Debug,
+        };
+
+        Ok(Config {
+            key,
+            ttl,
+            renew_every,
+            kill_grace,
+            on_lost: match cli.on_lost {
+                OnLostArg::Terminate => OnLost::Terminate,
+                OnLostArg::Ignore => OnLost::Ignore,
+            },
+            max_runtime,
+            busy_exit_code: cli.busy_exit_code,
+            redis_url,
+            connect_timeout,
+            command_timeout,
+            verbosity,
+            command: cli.command,
+        })
+    }
+}
+
+fn usage(msg: impl Into<String>) -> Error {
+    Error::Usage(msg.into())
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// Parses a positive humantime duration, naming the flag in the error.
+fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
+    let d = humantime::parse_duration(value.trim()).map_err(|e| {
+        usage(format!(
+            "{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"
+        ))
+    })?;
+    if d.is_zero() {
+        return Err(usage(format!("{flag} must be greater than zero")));
+    }
+    Ok(d)
+}

@@ -1,0 +1,58 @@
+//! redlock-run: run a command under a Redis lease lock, one machine at a time.
+//!
+//! Data flows one way: command line (`cli`) → validated [`config::Config`] → the lock in Redis
+//! (`lock`) and the supervised command (`child`, `supervise`) → an exit status (`exit`).
+
+mod backoff;
+mod child;
+#[doc(hidden)]
+pub mod cli;
+mod config;
+mod exit;
+mod lock;
+mod logging;
+mod run;
+mod signals;
+mod supervise;
+mod sys;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
+pub fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::status::USAGE
+            } else {
+                0
+            });
+        }
+    };
+    let config = match config::Config::from_cli(cli) {
+        Ok(config) => config,
+        Err(e) => return report(e),
+    };
+    logging::init(config.verbosity);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return report(exit::Error::Internal(e.into())),
+    };
+    match runtime.block_on(run::run(config)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => report(e),
+    }
+}
+
+fn report(e: exit::Error) -> ExitCode {
+    logging::init(config::Verbosity::Normal);
+    tracing::error!("{e}");
+    ExitCode::from(e.code())
+}

@@ -1,0 +1,185 @@
+//! One Redis connection with bounded I/O, reconnecting after a failure, and the classification
+//! of what went wrong.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
+};
+
+use crate::exit::Error;
+
+/// Why a Redis request did not give an answer the caller can use.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fault {
+    /// Timeouts, I/O errors, READONLY, LOADING, BUSY, MASTERDOWN, TRYAGAIN, OOM, …: the outcome
+    /// is unknown and a retry (on a new connection) may succeed.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Authentication failed or the ACL forbids a command or key.
+    #[error("{0}")]
+    Denied(String),
+    /// The key exists with a type other than string.
+    #[error("{0}")]
+    WrongType(String),
+    /// Anything else Redis said no to (a script error, an unexpected reply).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Fault {
+    fn from_redis(err: &RedisError) -> Self {
+        let text = err.to_string();
+        if err.is_io_error()
+            || err.is_timeout()
+            || err.is_connection_dropped()
+            || err.is_connection_refusal()
+        {
+            return Fault::Unavailable(text);
+        }
+        match err.code() {
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
+            Some("WRONGTYPE") => return Fault::WrongType(text),
+            Some(
+                "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN",
+            ) => {
+                return Fault::Unavailable(text);
+            }
+            _ => {}
+        }
+        if err.kind() == redis::ErrorKind::AuthenticationFailed {
+            return Fault::Denied(text);
+        }
+        Fault::Failed(text)
+    }
+
+    /// The wrapper's error for this fault, with `context` (what was being done) in front.
+    pub fn into_error(self, context: &str) -> Error {
+        match self {
+            Fault::Unavailable(m) => {
+                Error::Unavailable(format!("{context}: Redis unavailable: {m}"))
+            }
+            Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
+            Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
+            Fault::Failed(m) => Error::Unavailable(format!("{context}: Redis failed: {m}")),
+        }
+    }
+}
+
+pub struct Conn {
+    client: Client,
+    config: AsyncConnectionConfig,
+    conn: Option<MultiplexedConnection>,
+    /// Where we connect, for messages: the URL without its password.
+    pub target: String,
+}
+
+impl Conn {
+    /// Checks the URL; connects lazily on the first request.
+    pub fn new(
+        url: &str,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let target = redact_url(url);
+        let info = url
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        // CLIENT SETINFO would add a round trip's worth of work to every connection.
+        let redis = info.redis_settings().clone().set_skip_set_lib_name();
+        let client = Client::open(info.set_redis_settings(redis))
+            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(command_timeout));
+        Ok(Conn {
+            client,
+            config,
+            conn: None,
+            target,
+        })
+    }
+
+    /// Runs a script, connecting first if needed. After a connection-level failure the
+    /// connection is dropped so that the next request starts a fresh one.
+    pub async fn invoke<T: FromRedisValue>(
+        &mut self,
+        script: &ScriptInvocation<'_>,
+    ) -> Result<T, Fault> {
+        let conn = self.connection().await?;
+        match script.invoke_async(conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    async fn connection(&mut self) -> Result<&mut MultiplexedConnection, Fault> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&self.config)
+                .await
+                .map_err(|e| self.failed(&e))?;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("connected above"))
+    }
+
+    fn failed(&mut self, err: &RedisError) -> Fault {
+        let fault = Fault::from_redis(err);
+        if matches!(fault, Fault::Unavailable(_)) {
+            self.conn = None;
+        }
+        fault
+    }
+}
+
+/// The URL with any password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            let user = if userinfo.contains(':') { user } else { "" };
+            format!(
+                "{}://{}{}***{}",
+                &url[..scheme_end],
+                user,
+                if user.is_empty() { "" } else { ":" },
+                &rest[at..]
+            )
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            redact_url("redis://user:s3cret@h:1"),
+            "redis://user:***@h:1"
+        );
+        assert_eq!(redact_url("redis://s3cret@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("rediss://u:p@ss@h"), "rediss://u:***@h");
+        assert_eq!(
+            redact_url("unix:///run/redis.sock"),
+            "unix:///run/redis.sock"
+        );
+    }
+}

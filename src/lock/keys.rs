@@ -1,0 +1,156 @@
+//! Names of everything the tool stores next to a lock key.
+//!
+//! Every derived name must land in the lock key's Redis Cluster hash slot, so that one script
+//! can touch them all (no CROSSSLOT), and must start with a prefix built from the lock key, so
+//! that a small ACL key pattern covers them.
+
+/// The lock key and the names derived from it.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    pub lock: Vec<u8>,
+    pub fence: Vec<u8>,
+    /// Pub/sub channel on which a release is announced to waiters.
+    pub released_channel: Vec<u8>,
+}
+
+impl Keys {
+    pub fn new(lock: &[u8]) -> Self {
+        let prefix = slot_prefix(lock);
+        Keys {
+            lock: lock.to_vec(),
+            fence: derived(&prefix, b":fence"),
+            released_channel: derived(&prefix, b":released"),
+        }
+    }
+}
+
+fn derived(prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
+    let mut name = Vec::with_capacity(prefix.len() + suffix.len());
+    name.extend_from_slice(prefix);
+    name.extend_from_slice(suffix);
+    name
+}
+
+/// A prefix that hashes to the same Cluster slot as `key`, whatever suffix follows it:
+/// - the key itself when it has a hash tag of its own (`lock:{job}` → `lock:{job}:fence`);
+/// - the key wrapped in braces when that makes the whole key the tag (`lock:job` → `{lock:job}:fence`);
+/// - otherwise (a key with a `}` but no usable tag) a short tag chosen to hash to the key's slot,
+///   followed by the key for readability.
+fn slot_prefix(key: &[u8]) -> Vec<u8> {
+    if hash_tag(key).is_some() {
+        return key.to_vec();
+    }
+    let mut prefix = Vec::with_capacity(key.len() + 8);
+    prefix.push(b'{');
+    if !key.contains(&b'}') {
+        prefix.extend_from_slice(key);
+        prefix.push(b'}');
+    } else {
+        prefix.extend_from_slice(tag_for_slot(slot(key)).as_bytes());
+        prefix.push(b'}');
+        prefix.extend_from_slice(key);
+    }
+    prefix
+}
+
+/// The part of `key` Redis Cluster hashes: the bytes between the first `{` and the next `}`,
+/// when that is not empty.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (close > 0).then(|| &key[open + 1..open + 1 + close])
+}
+
+/// The Redis Cluster hash slot of a key.
+pub fn slot(key: &[u8]) -> u16 {
+    crc16(hash_tag(key).unwrap_or(key)) % 16384
+}
+
+/// The smallest decimal number whose text hashes to `slot`. Every slot has one below 10^6
+/// (checked by a test), so the search is bounded.
+fn tag_for_slot(slot: u16) -> String {
+    (0u32..1_000_000)
+        .map(|n| n.to_string())
+        .find(|tag| crc16(tag.as_bytes()) % 16384 == slot)
+        .expect("every hash slot has a decimal tag below 10^6")
+}
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster uses for key slots.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_matches_the_cluster_spec_example() {
+        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+    }
+
+    #[test]
+    fn derived_names_share_the_lock_key_slot() {
+        for key in [
+            &b"lock:job"[..],
+            b"lock:{job}:x",
+            b"a}b",
+            b"{}x",
+            b"x{}y}",
+            b"}",
+            b"{",
+            b"\xff\x00{\x01}",
+            b"plain key with spaces",
+        ] {
+            let keys = Keys::new(key);
+            assert_eq!(slot(&keys.fence), slot(key), "fence of {key:?}");
+            assert_eq!(
+                slot(&keys.released_channel),
+                slot(key),
+                "channel of {key:?}"
+            );
+            assert_ne!(keys.fence, keys.lock);
+        }
+    }
+
+    #[test]
+    fn derived_names_are_readable() {
+        assert_eq!(Keys::new(b"lock:job").fence, b"{lock:job}:fence");
+        assert_eq!(Keys::new(b"lock:{job}").fence, b"lock:{job}:fence");
+        assert_eq!(
+            Keys::new(b"lock:job").released_channel,
+            b"{lock:job}:released"
+        );
+    }
+
+    #[test]
+    fn every_slot_has_a_short_tag() {
+        let mut seen = vec![false; 16384];
+        let mut left = seen.len();
+        for n in 0u32..1_000_000 {
+            let s = usize::from(crc16(n.to_string().as_bytes()) % 16384);
+            if !seen[s] {
+                seen[s] = true;
+                left -= 1;
+                if left == 0 {
+                    return;
+                }
+            }
+        }
+        panic!("{left} slots have no decimal tag below 10^6");
+    }
+}

@@ -1,0 +1,50 @@
+//! Signals the wrapper receives. Handlers are installed at start-up, so that a signal that
+//! arrives while waiting for the lock aborts the wait, and so that, as PID 1, signals are not
+//! dropped by the kernel for lack of a handler.
+
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{Signal as Stream, SignalKind, signal};
+
+pub struct Signals {
+    streams: Vec<(Signal, Stream)>,
+}
+
+/// Signals forwarded to the command's process group.
+const FORWARDED: [Signal; 7] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+impl Signals {
+    pub fn install() -> std::io::Result<Self> {
+        let streams = FORWARDED
+            .iter()
+            .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
+            .collect::<std::io::Result<_>>()?;
+        Ok(Signals { streams })
+    }
+
+    /// The next signal received. Several deliveries of one signal between two calls count once.
+    pub async fn recv(&mut self) -> Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in &mut self.streams {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// Signals that ask the command to stop, and so start the escalation to SIGKILL after
+/// `--kill-grace`. HUP, USR1, USR2 and WINCH are only passed on: daemons use them to reload.
+pub fn is_stop_request(sig: Signal) -> bool {
+    matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
+}
