@@ -97,7 +97,7 @@ pub struct Cli {
     pub quiet: bool,
 
     /// The command to run and its arguments
-    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
 }
 

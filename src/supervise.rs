@@ -75,7 +75,7 @@ pub async fn supervise(
                 child.signal_group(Signal::SIGTERM);
             }
             // Whatever else is going on, nothing of the command may outlive the lease.
-            if expired && !killed {
+            if now >= kill_by(&lease) && !killed {
                 killed = true;
                 child.signal_group(Signal::SIGKILL);
             }
@@ -100,8 +100,11 @@ pub async fn supervise(
 
         // The next moment something must happen without an outside event.
         let mut wake = now + Duration::from_secs(3600);
-        if !lease_gone || (config.on_lost == OnLost::Terminate && !killed) {
+        if !lease_gone {
             wake = wake.min(lease.deadline());
+        }
+        if config.on_lost == OnLost::Terminate && !killed {
+            wake = wake.min(kill_by(&lease));
         }
         if config.on_lost == OnLost::Terminate && termed_at.is_none() {
             wake = wake.min(lease.deadline() - grace);
@@ -166,6 +169,14 @@ pub async fn supervise(
         command_code,
         stopped,
     }
+}
+
+/// SIGKILL goes out this much before the deadline, so that timer granularity and scheduling
+/// delay cannot make the command outlive it.
+const KILL_AHEAD: Duration = Duration::from_millis(10);
+
+fn kill_by(lease: &Lease) -> Instant {
+    lease.deadline() - KILL_AHEAD
 }
 
 fn lease_lost(config: &Config, why: &str) {

@@ -1,0 +1,411 @@
+//! The lease watchdog and the stop path (SPEC §4, §5): the command never outlives its lock.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A command that writes its pid (= its process group) to `$PIDFILE` and then runs `body`.
+fn recorded(body: &str) -> [String; 3] {
+    [
+        "sh".into(),
+        "-c".into(),
+        format!("echo $$ > \"$PIDFILE\"; {body}"),
+    ]
+}
+
+fn unix_ms(t: SystemTime) -> i128 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i128
+}
+
+#[test]
+fn the_lock_is_renewed_for_as_long_as_the_command_runs() {
+    let redis = RedisServer::start();
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"])
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:renew")));
+    let mut samples = Vec::new();
+    let conn = &mut redis.conn();
+    while wrapper.try_wait().unwrap().is_none() && samples.len() < 2000 {
+        let pttl: i64 = redis::cmd("PTTL").arg("lock:renew").query(conn).unwrap();
+        samples.push(pttl);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(status.code(), Some(0));
+    // The last samples may see the release; every earlier one must see a live key.
+    let live: Vec<i64> = samples.iter().copied().take_while(|&p| p > 0).collect();
+    assert!(
+        live.len() >= samples.len().saturating_sub(3),
+        "the key lapsed while the command ran: {samples:?}"
+    );
+    assert!(
+        live.len() > 200,
+        "sampled for the whole 4 s run ({} samples)",
+        live.len()
+    );
+    assert!(!redis.exists(b"lock:renew"), "released afterwards");
+}
+
+fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Duration) {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut cmd = redlock(&redis);
+    cmd.args([
+        "-k",
+        "lock:lost",
+        "--ttl",
+        "3s",
+        "--renew-every",
+        "200ms",
+        "--kill-grace",
+        "500ms",
+        "--",
+    ])
+    .args(recorded("sleep 100 & sleep 100"))
+    .env("PIDFILE", &pidfile)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        group_members(pgid).len() >= 2,
+        "the command and its background job run"
+    );
+    let interfered = Instant::now();
+    interfere(&redis);
+    let out = wait_output(child, LIMIT);
+    let stopped_after = interfered.elapsed();
+    assert!(
+        wait_until(Duration::from_secs(1), || group_members(pgid).is_empty()),
+        "no process of the group survives: {:?}",
+        group_members(pgid)
+    );
+    let run = Run {
+        code: out.status.code().unwrap(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: stopped_after,
+    };
+    (run, redis, stopped_after)
+}
+
+#[test]
+fn a_deleted_key_stops_the_whole_group() {
+    let (run, _redis, after) = lost_mid_run(|r| {
+        r.cmd::<i64>(&[b"DEL", b"lock:lost"]);
+    });
+    assert_eq!(run.code, 125, "{}", run.stderr);
+    // Detected at the next renewal (200 ms), then SIGTERM; generous margin for a loaded machine.
+    assert!(
+        after < Duration::from_millis(200 + 500 + 800),
+        "stopped {after:?} after the deletion"
+    );
+    assert!(run.stderr.contains("lock lost"), "{}", run.stderr);
+}
+
+#[test]
+fn an_overwritten_key_stops_the_command_and_stays_overwritten() {
+    let (run, redis, after) = lost_mid_run(|r| {
+        r.cmd::<()>(&[b"SET", b"lock:lost", b"the-next-holder", b"PX", b"60000"]);
+    });
+    assert_eq!(run.code, 125, "{}", run.stderr);
+    assert!(
+        after < Duration::from_millis(1500),
+        "stopped {after:?} after the overwrite"
+    );
+    assert_eq!(
+        redis.get(b"lock:lost").as_deref(),
+        Some(&b"the-next-holder"[..])
+    );
+}
+
+#[test]
+fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let terms = file(&dir, "terms");
+    // The command records when SIGTERM arrives and keeps running: only SIGKILL stops it.
+    let body = "trap 'date +%s%N >> \"$TERMS\"' TERM; while :; do sleep 0.01; done";
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:frozen", "--ttl", "2s", "--"])
+        .args(recorded(body))
+        .env("PIDFILE", &pidfile)
+        .env("TERMS", &terms)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+
+    // Freeze Redis just after a renewal, knowing the earliest moment the key could expire:
+    // the server's expiry is at least (time before the PTTL query) + (PTTL answered).
+    let conn = &mut redis.conn();
+    let mut last: i64 = redis::cmd("PTTL").arg("lock:frozen").query(conn).unwrap();
+    let mut expiry_lb = None;
+    for _ in 0..5000 {
+        let before = SystemTime::now();
+        let pttl: i64 = redis::cmd("PTTL").arg("lock:frozen").query(conn).unwrap();
+        if pttl > last + 100 {
+            redis.freeze();
+            expiry_lb = Some(unix_ms(before) + pttl as i128);
+            break;
+        }
+        last = pttl;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let expiry_lb = expiry_lb.expect("saw a renewal within 5000 samples");
+
+    let mut died = None;
+    assert!(wait_until(Duration::from_secs(5), || {
+        let alive = process_alive(pid);
+        if !alive {
+            died = Some(unix_ms(SystemTime::now()));
+        }
+        !alive
+    }));
+    let died = died.unwrap();
+    let out = wait_output(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+
+    let term_ms: Vec<i128> = std::fs::read_to_string(&terms)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse::<i128>().unwrap() / 1_000_000)
+        .collect();
+    assert_eq!(
+        term_ms.len(),
+        1,
+        "SIGTERM arrived exactly once: {term_ms:?}"
+    );
+    let grace = 2000 / 6;
+    let term_margin = expiry_lb - grace - term_ms[0];
+    let death_margin = expiry_lb - died;
+    eprintln!(
+        "frozen redis: SIGTERM {term_margin} ms before (expiry − kill-grace); command dead {death_margin} ms before the earliest expiry"
+    );
+    // SIGTERM no later than deadline − kill-grace (the deadline is before the earliest expiry).
+    assert!(term_margin >= 0, "SIGTERM {} ms late", -term_margin);
+    // ... and not absurdly early: the lease had at least ttl − renew-every left at the freeze.
+    assert!(term_margin < 2000, "SIGTERM {term_margin} ms early");
+    // Dead before the lock could expire (1 ms for PTTL rounding and the poll).
+    assert!(
+        death_margin >= -1,
+        "the command outlived the lock by {} ms",
+        -death_margin
+    );
+    assert!(group_members(pid).is_empty());
+
+    redis.thaw();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !redis.exists(b"lock:frozen"),
+        "no renewal succeeded after the thaw"
+    );
+}
+
+#[test]
+fn a_short_freeze_and_a_killed_connection_do_not_disturb_the_command() {
+    let redis = RedisServer::start();
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:blip", "--ttl", "3s", "--", "sleep", "4"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:blip")));
+    std::thread::sleep(Duration::from_millis(800));
+    redis.freeze();
+    std::thread::sleep(Duration::from_millis(300));
+    redis.thaw();
+    std::thread::sleep(Duration::from_millis(900));
+    let killed: i64 = redis.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+    assert!(killed >= 1, "the wrapper's connection was killed");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(redis.exists(b"lock:blip"), "still held after reconnecting");
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(status.code(), Some(0));
+    assert!(!redis.exists(b"lock:blip"));
+}
+
+#[test]
+fn a_redis_restarted_empty_is_a_lost_lock() {
+    let mut redis = RedisServer::start();
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:restart", "--ttl", "2s", "--", "sleep", "30"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:restart")));
+    redis.restart_empty();
+    let restarted = Instant::now();
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(status.code(), Some(125));
+    assert!(
+        restarted.elapsed() < Duration::from_secs(3),
+        "detected at the next renewal, took {:?}",
+        restarted.elapsed()
+    );
+    assert!(!redis.exists(b"lock:restart"), "nothing re-created the key");
+}
+
+#[test]
+fn the_command_dies_with_the_wrapper_and_the_key_expires() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:orphan", "--ttl", "2s", "--"])
+        .args(recorded("exec sleep 100"))
+        .env("PIDFILE", &pidfile)
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let killed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(1), || !process_alive(pid)),
+        "the command outlived its wrapper"
+    );
+    assert!(
+        wait_until(Duration::from_secs(3), || !redis.exists(b"lock:orphan")),
+        "the key expired by itself"
+    );
+    assert!(killed.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn a_paused_wrapper_kills_the_command_as_soon_as_it_wakes() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:paused", "--ttl", "1s", "--"])
+        .args(recorded("exec sleep 100"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+    let wrapper_pid = Pid::from_raw(wrapper.id() as i32);
+    kill(wrapper_pid, Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        process_alive(pid),
+        "the command runs on while the wrapper is stopped"
+    );
+    kill(wrapper_pid, Signal::SIGCONT).unwrap();
+    let woke = Instant::now();
+    assert!(wait_until(Duration::from_secs(2), || !process_alive(pid)));
+    let took = woke.elapsed();
+    assert!(
+        took < Duration::from_millis(300),
+        "killed {took:?} after waking (renewal period 333 ms)"
+    );
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(125));
+}
+
+#[test]
+fn max_runtime_stops_the_command_with_124() {
+    let redis = RedisServer::start();
+    let r = run(
+        redlock(&redis).args(["-k", "lock:max", "--max-runtime", "1s", "--", "sleep", "30"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 124, "{}", r.stderr);
+    assert!(
+        r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3),
+        "{:?}",
+        r.elapsed
+    );
+    assert!(!redis.exists(b"lock:max"));
+}
+
+#[test]
+fn on_lost_ignore_keeps_the_command_running_and_says_so() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let done = file(&dir, "done");
+    let wrapper = redlock(&redis)
+        .args([
+            "-k",
+            "lock:ignore",
+            "--ttl",
+            "1s",
+            "--on-lost",
+            "ignore",
+            "--",
+            "sh",
+            "-c",
+            "sleep 2; touch \"$DONE\"; exit 3",
+        ])
+        .env("DONE", &done)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:ignore")));
+    redis.cmd::<i64>(&[b"DEL", b"lock:ignore"]);
+    let out = wait_output(wrapper, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's own status: {stderr}"
+    );
+    assert!(done.exists(), "the command ran to the end");
+    assert!(stderr.contains("WITHOUT the lock"), "{stderr}");
+}
+
+#[test]
+fn timing_flags_that_leave_no_room_are_usage_errors() {
+    let redis = RedisServer::start();
+    for (args, mention) in [
+        (
+            &["--ttl", "1s", "--renew-every", "900ms"][..],
+            "--renew-every",
+        ),
+        (&["--ttl", "1s", "--kill-grace", "1s"][..], "--kill-grace"),
+        (&["--ttl", "2ms"][..], "--ttl"),
+        (&["--renew-every", "0"][..], "--renew-every"),
+        (&["--kill-grace", "5x"][..], "--kill-grace"),
+        (&["--max-runtime", "0s"][..], "--max-runtime"),
+        (&["--on-lost", "bogus"][..], "--on-lost"),
+    ] {
+        let r = run(
+            redlock(&redis)
+                .args(["-k", "k"])
+                .args(args)
+                .args(["--", "true"]),
+            LIMIT,
+        );
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(mention),
+            "{args:?} names {mention}: {}",
+            r.stderr
+        );
+    }
+}

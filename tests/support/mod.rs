@@ -1,0 +1,382 @@
+//! Test support: a real `redis-server` per test on a free loopback port, the wrapper binary,
+//! and bounded waits. Nothing here touches a Redis it did not start.
+
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_redlock-run");
+
+/// A `redis-server` owned by one test: its own port, temp dir and log, no persistence.
+/// Killed on drop; if the test is failing, its log is printed.
+pub struct RedisServer {
+    pub port: u16,
+    dir: TempDir,
+    process: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-test-")
+            .tempdir()
+            .expect("temp dir");
+        let mut server = RedisServer {
+            port: 0,
+            dir,
+            process: None,
+        };
+        for _ in 0..10 {
+            server.port = free_port();
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!(
+            "could not start redis-server on a free port (is it installed? apt install redis-server)"
+        );
+    }
+
+    /// Starts the process on `self.port` and waits (bounded) until it answers PING.
+    fn launch(&mut self) -> bool {
+        let log = self.dir.path().join("redis.log");
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server (apt install redis-server)");
+        self.process = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .process
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                eprintln!(
+                    "redis-server on port {} exited early ({status}); log:\n{}",
+                    self.port,
+                    self.log()
+                );
+                self.process = None;
+                return false;
+            }
+            if ping(self.port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop();
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url()).expect("client");
+        let conn = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("connect to test redis");
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        conn.set_write_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        conn
+    }
+
+    /// Runs one command on the test connection.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&[u8]]) -> T {
+        let mut c = redis::cmd(std::str::from_utf8(args[0]).expect("command name"));
+        for a in &args[1..] {
+            c.arg(*a);
+        }
+        c.query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("redis command {:?} failed: {e}", args[0]))
+    }
+
+    pub fn exists(&self, key: &[u8]) -> bool {
+        self.cmd::<i64>(&[b"EXISTS", key]) == 1
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.cmd(&[b"GET", key])
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.process.as_ref().expect("running").id() as i32)
+    }
+
+    pub fn freeze(&self) {
+        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP redis");
+    }
+
+    pub fn thaw(&self) {
+        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis");
+    }
+
+    /// Kills the server and starts a new, empty one on the same port.
+    pub fn restart_empty(&mut self) {
+        self.stop();
+        assert!(
+            self.launch(),
+            "redis-server did not restart on port {}; log:\n{}",
+            self.port,
+            self.log()
+        );
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.process.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- redis-server log (port {}) ---\n{}",
+                self.port,
+                self.log()
+            );
+        }
+        self.thaw_quietly();
+        self.stop();
+    }
+}
+
+impl RedisServer {
+    fn thaw_quietly(&self) {
+        if let Some(c) = &self.process {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+        }
+    }
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
+pub fn redlock(server: &RedisServer) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL")
+        {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.arg("--redis-url").arg(server.url());
+    cmd
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Runs to completion, bounded by `limit` (the process is killed and the test fails beyond it).
+pub fn run(cmd: &mut Command, limit: Duration) -> Run {
+    let started = Instant::now();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child, limit);
+    Run {
+        code: out
+            .status
+            .code()
+            .unwrap_or_else(|| panic!("wrapper died of a signal: {:?}", out.status)),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// Collects a child's output, killing it if it runs longer than `limit`.
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let e = std::thread::spawn(move || {
+            if let Some(s) = stderr.as_mut() {
+                let _ = s.read_to_end(&mut err);
+            }
+            err
+        });
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_end(&mut out);
+        }
+        let err = e.join().unwrap_or_default();
+        let _ = tx.send(());
+        (out, err)
+    });
+    let status = wait_bounded(&mut child, limit);
+    // Output pipes may be held open by leftovers; give the readers a bounded moment.
+    let _ = rx.recv_timeout(Duration::from_secs(5));
+    let (stdout, stderr) = if reader.is_finished() {
+        reader.join().unwrap_or_default()
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Waits for a child, failing the test (after killing it) beyond `limit`.
+pub fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} still running after {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Live (non-zombie) processes whose process group is `pgid`.
+pub fn group_members(pgid: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return members;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // Fields after the command name (which may contain spaces) start after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2].parse() == Ok(pgid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+pub fn process_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().next() != Some("Z"))
+        })
+        .unwrap_or(false)
+}
+
+/// Reads a file the command under test writes (e.g. its pid), waiting for it to appear.
+pub fn read_when_present(path: &Path, limit: Duration) -> String {
+    let mut text = String::new();
+    let found = wait_until(limit, || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    assert!(found, "{} did not appear within {limit:?}", path.display());
+    text
+}
+
+pub fn tmp() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("redlock-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+pub fn file(dir: &TempDir, name: &str) -> PathBuf {
+    dir.path().join(name)
+}
