@@ -92,8 +92,8 @@ pub struct Cli {
     #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
     pub verbose: u8,
 
-    /// Only errors on stderr
-    #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
+    /// Only errors on stderr (-v wins over it)
+    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Output")]
     pub quiet: bool,
 
     /// The command to run and its arguments

@@ -95,11 +95,11 @@ impl Config {
         let command_timeout = (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2));
         let connect_timeout = (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
 
-        let verbosity = match (cli.quiet, cli.verbose) {
-            (true, _) => Verbosity::Quiet,
-            (false, 0) => Verbosity::Normal,
-            (false, 1) => Verbosity::Info,
-            (false, _) => Verbosity::Debug,
+        let verbosity = match (cli.verbose, cli.quiet) {
+            (0, true) => Verbosity::Quiet,
+            (0, false) => Verbosity::Normal,
+            (1, _) => Verbosity::Info,
+            (_, _) => Verbosity::Debug,
         };
 
         Ok(Config {
