@@ -28,6 +28,14 @@ pub struct Child {
     foreground: bool,
     sigchld: SignalStream,
     exit: Option<u8>,
+    stopped: Option<Signal>,
+}
+
+/// What [`Child::wait`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Exited(u8),
+    Stopped(Signal),
 }
 
 impl Child {
@@ -67,6 +75,7 @@ impl Child {
             foreground,
             sigchld,
             exit: None,
+            stopped: None,
         })
     }
 
@@ -83,16 +92,17 @@ impl Child {
         }
     }
 
-    /// Waits until the command itself has exited; returns its exit status (128+N for signal N).
-    /// Reaps every other child that ended meanwhile (orphans re-parented to the wrapper).
-    pub async fn wait(&mut self) -> u8 {
+    /// Waits until the command itself has exited (its exit status, 128+N for signal N) or was
+    /// stopped by job control on the terminal (Ctrl-Z). Reaps every other child that ended
+    /// meanwhile (orphans re-parented to the wrapper).
+    pub async fn wait(&mut self) -> Event {
         loop {
-            if let Some(code) = self.exit {
-                return code;
-            }
             self.reap_orphans();
             if let Some(code) = self.exit {
-                return code;
+                return Event::Exited(code);
+            }
+            if let Some(sig) = self.stopped.take() {
+                return Event::Stopped(sig);
             }
             self.sigchld.recv().await;
         }
@@ -102,17 +112,32 @@ impl Child {
     /// itself, whose status is kept for [`Child::wait`].
     pub fn reap_orphans(&mut self) {
         loop {
-            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == self.pid => {
                     self.exit = Some(u8::try_from(code).unwrap_or(status::INTERNAL));
                 }
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == self.pid => {
                     self.exit = Some(signal_status(sig as i32));
                 }
+                Ok(WaitStatus::Stopped(pid, sig)) if pid == self.pid && self.foreground => {
+                    self.stopped = Some(sig);
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => return,
                 Ok(_) => {}
             }
         }
+    }
+
+    /// Job control: the command was suspended from the terminal. Suspends the wrapper too, with
+    /// the terminal handed back, so the shell regains control; on `fg` the terminal goes back to
+    /// the command. Returns once the wrapper runs again; the caller decides whether the command
+    /// may continue (the lease may have lapsed meanwhile).
+    pub fn suspend_with_command(&self) {
+        let own = nix::unistd::getpgrp();
+        sys::give_terminal_to(own);
+        // SIGSTOP rather than SIGTSTP: the kernel discards SIGTSTP in an orphaned process group.
+        let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+        sys::give_terminal_to(self.pid);
     }
 
     /// Whether any process of the command's group is still alive.

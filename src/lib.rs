@@ -35,9 +35,12 @@ pub fn main() -> ExitCode {
     };
     let config = match config::Config::from_cli(cli) {
         Ok(config) => config,
-        Err(e) => return report(e),
+        Err(e) => {
+            let _log = logging::init(config::Verbosity::Normal);
+            return report(e);
+        }
     };
-    logging::init(config.verbosity);
+    let _log = logging::init(config.verbosity);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -52,7 +55,6 @@ pub fn main() -> ExitCode {
 }
 
 fn report(e: exit::Error) -> ExitCode {
-    logging::init(config::Verbosity::Normal);
     tracing::error!("{e}");
     ExitCode::from(e.code())
 }

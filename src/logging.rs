@@ -1,27 +1,132 @@
 //! Diagnostics on stderr through `tracing`. stdout belongs to the command.
+//!
+//! Lines are handed to a writer thread through a bounded queue and dropped when it is full, so
+//! that a stderr nobody reads (a full pipe) can never block the watchdog. (tracing-appender's
+//! non-blocking writer would do, but on a stuck stderr its shutdown prints to stdout.)
 
 use std::fmt;
+use std::io::{self, Write};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::time::{Duration, Instant};
 
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::FmtContext;
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::Verbosity;
 
-pub fn init(verbosity: Verbosity) {
+/// Lines queued for stderr before new ones are dropped.
+const QUEUE: usize = 1024;
+/// How long the wrapper waits at exit for queued lines to reach stderr.
+const FLUSH_LIMIT: Duration = Duration::from_secs(1);
+
+/// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
+pub fn init(verbosity: Verbosity) -> Guard {
     let level = match verbosity {
         Verbosity::Quiet => Level::ERROR,
         Verbosity::Normal => Level::WARN,
         Verbosity::Info => Level::INFO,
         Verbosity::Debug => Level::DEBUG,
     };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_ansi(false)
-        .event_format(Text)
-        .try_init();
+    let (tx, rx) = mpsc::sync_channel(QUEUE);
+    let spawned = std::thread::Builder::new()
+        .name("stderr".into())
+        .spawn(move || write_lines(rx));
+    let installed = spawned.is_ok()
+        && tracing_subscriber::fmt()
+            .with_writer(Queue(tx.clone()))
+            .with_max_level(level)
+            .with_ansi(false)
+            .event_format(Text)
+            .try_init()
+            .is_ok();
+    Guard {
+        tx: installed.then_some(tx),
+    }
+}
+
+enum Msg {
+    Line(Vec<u8>),
+    Flush(SyncSender<()>),
+}
+
+fn write_lines(rx: Receiver<Msg>) {
+    let mut stderr = io::stderr().lock();
+    for msg in rx {
+        match msg {
+            Msg::Line(line) => {
+                let _ = stderr.write_all(&line);
+            }
+            Msg::Flush(done) => {
+                let _ = stderr.flush();
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+pub struct Guard {
+    tx: Option<SyncSender<Msg>>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(tx) = self.tx.take() else { return };
+        let give_up = Instant::now() + FLUSH_LIMIT;
+        let (done_tx, done) = mpsc::sync_channel(1);
+        let mut msg = Msg::Flush(done_tx);
+        loop {
+            match tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) if Instant::now() < give_up => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(_) => return,
+            }
+        }
+        let _ = done.recv_timeout(give_up.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// Hands each formatted event to the writer thread, or drops it when the queue is full.
+#[derive(Clone)]
+struct Queue(SyncSender<Msg>);
+
+struct Line {
+    buf: Vec<u8>,
+    tx: SyncSender<Msg>,
+}
+
+impl<'a> MakeWriter<'a> for Queue {
+    type Writer = Line;
+
+    fn make_writer(&'a self) -> Line {
+        Line {
+            buf: Vec::with_capacity(160),
+            tx: self.0.clone(),
+        }
+    }
+}
+
+impl Write for Line {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            let _ = self.tx.try_send(Msg::Line(std::mem::take(&mut self.buf)));
+        }
+    }
 }
 
 /// `redlock-run: warning: message field=value …`, one line per event.

@@ -7,7 +7,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
-use crate::child::Child;
+use crate::child::{Child, Event as ChildEvent};
 use crate::config::{Config, OnLost};
 use crate::exit::status;
 use crate::lock::Lease;
@@ -118,7 +118,19 @@ pub async fn supervise(
 
         tokio::select! {
             biased;
-            code = child.wait() => break code,
+            event = child.wait() => match event {
+                ChildEvent::Exited(code) => break code,
+                ChildEvent::Stopped(sig) => {
+                    tracing::info!("the command was suspended ({sig}); suspending the wrapper too");
+                    child.suspend_with_command();
+                    if lease.expired(Instant::now()) && config.on_lost == OnLost::Terminate {
+                        // Resumed after the lease lapsed: the top of the loop kills the group,
+                        // which SIGKILL does even while it is stopped.
+                        continue;
+                    }
+                    child.signal_group(Signal::SIGCONT);
+                }
+            },
             event = events.recv(), if events_open => match event {
                 Some(LeaseEvent::Renewed(l)) if !lease_gone => lease = l,
                 Some(LeaseEvent::Renewed(_)) => {}

@@ -1,0 +1,510 @@
+//! Signals, terminals and PID 1 (SPEC §5, §7): the command gets each signal once, nothing is
+//! left behind, and the lock is released only after the command has exited.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn pid_of(child: &std::process::Child) -> Pid {
+    Pid::from_raw(child.id() as i32)
+}
+
+/// A shell command that records `$$` in `$PIDFILE`, then loops until it is signalled.
+fn trapping(trap: &str) -> String {
+    format!("{trap}; echo $$ > \"$PIDFILE\"; while :; do sleep 0.01; done")
+}
+
+#[test]
+fn each_forwarded_signal_reaches_the_command_exactly_once() {
+    let redis = RedisServer::start();
+    for sig in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+    ] {
+        let name = &sig.as_str()[3..];
+        let dir = tmp();
+        let pidfile = file(&dir, "pid");
+        let log = file(&dir, "log");
+        let script = trapping(&format!("trap 'echo {name} >> \"$LOG\"; exit 7' {name}"));
+        let wrapper = redlock(&redis)
+            .args(["-k", "lock:signals", "--", "sh", "-c", &script])
+            .env("PIDFILE", &pidfile)
+            .env("LOG", &log)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        read_when_present(&pidfile, Duration::from_secs(5));
+        kill(pid_of(&wrapper), sig).unwrap();
+        let out = wait_output(wrapper, LIMIT);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{name}: the command's status: {stderr}"
+        );
+        assert!(
+            !redis.exists(b"lock:signals"),
+            "{name}: released once the wrapper is gone"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            format!("{name}\n"),
+            "{name} delivered exactly once"
+        );
+    }
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args([
+            "-k",
+            "lock:grace",
+            "--kill-grace",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            &trapping("trap '' TERM"),
+        ])
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+    let sent = Instant::now();
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(137), "killed by SIGKILL");
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+        "escalated after {took:?}"
+    );
+    assert!(group_members(pgid).is_empty());
+    assert!(!redis.exists(b"lock:grace"));
+}
+
+#[test]
+fn a_second_sigterm_kills_at_once() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args([
+            "-k",
+            "lock:second",
+            "--kill-grace",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            &trapping("trap '' TERM"),
+        ])
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    read_when_present(&pidfile, Duration::from_secs(5));
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        wrapper.try_wait().unwrap().is_none(),
+        "still within the grace"
+    );
+    let second = Instant::now();
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(status.code(), Some(137));
+    assert!(
+        second.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        second.elapsed()
+    );
+    assert!(!redis.exists(b"lock:second"));
+}
+
+#[test]
+fn nothing_of_the_group_survives_a_signal() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args([
+            "-k",
+            "lock:group",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > \"$PIDFILE\"; sleep 300 & exec sleep 300",
+        ])
+        .env("PIDFILE", &pidfile)
+        .spawn()
+        .expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(2), || group_members(pgid)
+        .len()
+        == 2));
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
+    assert!(
+        group_members(pgid).is_empty(),
+        "left behind: {:?}",
+        group_members(pgid)
+    );
+}
+
+#[test]
+fn background_jobs_left_by_the_command_are_stopped_before_release() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let r = run(
+        redlock(&redis)
+            .args([
+                "-k",
+                "lock:leftover",
+                "--kill-grace",
+                "300ms",
+                "--",
+                "sh",
+                "-c",
+            ])
+            .arg("echo $$ > \"$PIDFILE\"; sleep 300 & sh -c 'trap \"\" TERM; sleep 300' & exit 4")
+            .env("PIDFILE", &pidfile),
+        LIMIT,
+    );
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let pgid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        group_members(pgid).is_empty(),
+        "left behind: {:?}",
+        group_members(pgid)
+    );
+    assert!(!redis.exists(b"lock:leftover"));
+}
+
+#[test]
+fn a_signal_while_redis_does_not_answer_aborts_with_nothing_run() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"SET", b"lock:abort", b"other-holder", b"PX", b"60000"]);
+    redis.freeze();
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:abort", "--ttl", "1m", "--", "touch"])
+        .arg(&marker)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(status.code(), Some(143));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        sent.elapsed()
+    );
+    redis.thaw();
+    assert!(!marker.exists(), "the command never ran");
+    assert_eq!(
+        redis.get(b"lock:abort").as_deref(),
+        Some(&b"other-holder"[..])
+    );
+}
+
+/// As PID 1 of a new PID namespace (a container entrypoint): orphans are reaped, SIGTERM is
+/// honoured (the kernel drops signals PID 1 has no handler for) and the status is the command's.
+#[test]
+fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
+    if Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!(
+            "skipped: cannot create a PID namespace here (needs root and util-linux unshare)"
+        );
+        return;
+    }
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let zombies = file(&dir, "zombies");
+    // Orphans: each `( sleep … & )` leaves a sleep whose parent has exited; they are re-parented
+    // to PID 1. After they end, count zombies in the namespace's /proc.
+    let script = "echo $$ > \"$PIDFILE\"; \
+        for i in 1 2 3 4 5; do ( sleep 0.05 & ); done; sleep 0.5; \
+        grep -l '^[0-9]* ([^)]*) Z' /proc/[0-9]*/stat 2>/dev/null | wc -l > \"$ZOMBIES\"; \
+        trap 'exit 9' TERM; while :; do sleep 0.01; done";
+    let mut unshare = Command::new("unshare");
+    unshare
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
+        .arg(BIN)
+        .args([
+            "--redis-url",
+            &redis.url(),
+            "-k",
+            "lock:pid1",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("PIDFILE", &pidfile)
+        .env("ZOMBIES", &zombies)
+        .stderr(Stdio::piped());
+    let outer = unshare.spawn().expect("spawn unshare");
+    read_when_present(&zombies, Duration::from_secs(10));
+    let zombie_count: u32 = std::fs::read_to_string(&zombies)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(zombie_count, 0, "orphans were reaped");
+    // The wrapper is unshare's child (PID 1 inside the namespace).
+    let children =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", outer.id(), outer.id()))
+            .unwrap();
+    let wrapper: i32 = children
+        .split_whitespace()
+        .next()
+        .expect("unshare has a child")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{wrapper}/status"))
+            .unwrap()
+            .lines()
+            .find(|l| l.starts_with("NSpid:"))
+            .map(|l| l.split_whitespace().last().unwrap().to_owned()),
+        Some("1".to_owned()),
+        "the wrapper is PID 1 in its namespace"
+    );
+    kill(Pid::from_raw(wrapper), Signal::SIGTERM).unwrap();
+    let out = wait_output(outer, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(9),
+        "the command's status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!redis.exists(b"lock:pid1"));
+}
+
+/// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
+/// login shell's job would be. Returns the child and the pty master (drained in the background).
+fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let master = std::fs::File::from(pty.master);
+    cmd.stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    // SAFETY: between fork and exec only async-signal-safe calls: setsid and the ioctl that
+    // makes the pty (already on fd 0) the controlling terminal of the new session.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawn");
+    drop(slave);
+    let mut reader = master.try_clone().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1024];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    (child, master)
+}
+
+fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(
+        stat.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .next()?
+            .to_owned(),
+    )
+}
+
+/// On a terminal the command is the foreground process group: it can read the terminal, and
+/// one Ctrl-C reaches it once.
+#[test]
+fn on_a_terminal_the_command_reads_it_and_gets_ctrl_c_once() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let log = file(&dir, "log");
+    let script = "echo ready >> \"$LOG\"; read line; echo \"read $line\" >> \"$LOG\"; \
+        trap 'echo INT >> \"$LOG\"; exit 5' INT; echo armed >> \"$LOG\"; \
+        while :; do sleep 0.01; done";
+    let (mut wrapper, mut master) = spawn_on_pty(
+        redlock(&redis)
+            .args(["-k", "lock:tty", "--", "sh", "-c", script])
+            .env("LOG", &log),
+    );
+    let logged = |what: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    assert!(wait_until(Duration::from_secs(5), || logged("ready")));
+    master.write_all(b"hello\n").unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || logged("armed")),
+        "the command read the terminal without being stopped"
+    );
+    master.write_all(b"\x03").unwrap();
+    let status = wait_bounded(&mut wrapper, LIMIT);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("INT").count(),
+        1,
+        "Ctrl-C delivered once: {text:?}"
+    );
+    assert!(
+        text.contains("read hello"),
+        "the command read the terminal: {text:?}"
+    );
+    assert_eq!(status.code(), Some(5), "{text:?}");
+    assert!(!redis.exists(b"lock:tty"));
+}
+
+/// Ctrl-Z suspends the command and the wrapper with it (so a shell gets its prompt back);
+/// continuing resumes both, unless the lease lapsed meanwhile.
+#[test]
+fn ctrl_z_suspends_the_job_and_the_lease_still_rules_on_resume() {
+    let redis = RedisServer::start();
+    for (ttl, suspended_for, expected) in [("30s", 300u64, 6), ("1s", 2000, 125)] {
+        let dir = tmp();
+        let log = file(&dir, "log");
+        let script = "echo ready >> \"$LOG\"; sleep 1; echo done >> \"$LOG\"; exit 6";
+        let (mut wrapper, mut master) = spawn_on_pty(
+            redlock(&redis)
+                .args(["-k", "lock:suspend", "--ttl", ttl, "--", "sh", "-c", script])
+                .env("LOG", &log),
+        );
+        assert!(wait_until(Duration::from_secs(5), || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("ready")
+        }));
+        master.write_all(b"\x1a").unwrap();
+        assert!(
+            wait_until(Duration::from_secs(2), || process_state(wrapper.id())
+                .as_deref()
+                == Some("T")),
+            "the wrapper suspended itself with the command"
+        );
+        std::thread::sleep(Duration::from_millis(suspended_for));
+        kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
+        let status = wait_bounded(&mut wrapper, LIMIT);
+        assert_eq!(
+            status.code(),
+            Some(expected),
+            "ttl {ttl}, suspended {suspended_for} ms"
+        );
+        let finished = std::fs::read_to_string(&log).unwrap().contains("done");
+        assert_eq!(
+            finished,
+            expected == 6,
+            "the command finished only when the lease allowed it"
+        );
+        assert!(!redis.exists(b"lock:suspend"));
+    }
+}
+
+/// Logging never blocks the watchdog: with stderr a full pipe nobody reads and -vv, a lost lock
+/// still stops the command, and a signal is still passed on.
+#[test]
+fn a_stderr_nobody_reads_never_blocks_the_watchdog() {
+    let redis = RedisServer::start();
+    for trigger in ["lost", "signal"] {
+        let dir = tmp();
+        let pidfile = file(&dir, "pid");
+        // The command fills the shared stderr pipe (64 KiB) and the rest of its output blocks.
+        let script =
+            "echo $$ > \"$PIDFILE\"; head -c 1000000 /dev/zero >&2 & while :; do sleep 0.01; done";
+        let mut wrapper = redlock(&redis)
+            .args([
+                "-vv",
+                "-k",
+                "lock:stderr",
+                "--ttl",
+                "3s",
+                "--renew-every",
+                "200ms",
+                "--kill-grace",
+                "300ms",
+                "--",
+            ])
+            .args(["sh", "-c", script])
+            .env("PIDFILE", &pidfile)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
+            .trim()
+            .parse()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let started = Instant::now();
+        match trigger {
+            "lost" => {
+                redis.cmd::<i64>(&[b"DEL", b"lock:stderr"]);
+            }
+            _ => kill(pid_of(&wrapper), Signal::SIGTERM).unwrap(),
+        }
+        assert!(
+            wait_until(Duration::from_secs(3), || group_members(pgid).is_empty()),
+            "{trigger}: the command was stopped"
+        );
+        let stopped = started.elapsed();
+        let status = wait_bounded(&mut wrapper, Duration::from_secs(10));
+        assert!(
+            stopped < Duration::from_millis(1500),
+            "{trigger}: stopped after {stopped:?}"
+        );
+        assert_eq!(
+            status.code(),
+            Some(if trigger == "lost" { 125 } else { 143 }),
+            "{trigger}"
+        );
+    }
+}
