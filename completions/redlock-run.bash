@@ -23,7 +23,7 @@ _redlock__run() {
 
     case "${cmd}" in
         redlock__run)
-            opts="-k -t -v -q -h -V --key --ttl --busy-exit-code --renew-every --kill-grace --on-lost --max-runtime --redis-url --verbose --quiet --help --version"
+            opts="-k -t -w -v -q -h -V --key --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --redis-url --connect-timeout --command-timeout --verbose --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -49,6 +49,26 @@ _redlock__run() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --min-hold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idempotency-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idempotency-ttl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --wait)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -w)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --renew-every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -66,6 +86,14 @@ _redlock__run() {
                     return 0
                     ;;
                 --redis-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --connect-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --command-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

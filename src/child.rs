@@ -17,8 +17,9 @@ use crate::sys;
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
     pub key: OsString,
-    pub token: String,
-    pub fence: String,
+    /// The stored value and the fence; absent for a run without a lock (`--fail-open`).
+    pub token: Option<String>,
+    pub fence: Option<String>,
     pub ttl_ms: u64,
 }
 
@@ -56,9 +57,10 @@ impl Child {
             }
         }
         cmd.env("REDLOCK_KEY", &env.key)
-            .env("REDLOCK_TOKEN", &env.token)
-            .env("REDLOCK_FENCE", &env.fence)
             .env("REDLOCK_TTL_MS", env.ttl_ms.to_string());
+        if let (Some(token), Some(fence)) = (&env.token, &env.fence) {
+            cmd.env("REDLOCK_TOKEN", token).env("REDLOCK_FENCE", fence);
+        }
 
         let foreground = sys::foreground_terminal();
         sys::prepare_child(&mut cmd, foreground);

@@ -53,6 +53,45 @@ pub struct Cli {
     #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, value_parser = clap::value_parser!(u8), help_heading = "Lock")]
     pub busy_exit_code: u8,
 
+    /// Keep the lock at least this long after acquiring it, even if the command ends sooner
+    /// (for cron hosts whose clocks disagree); the wrapper does not wait for it
+    #[arg(
+        long,
+        env = "REDLOCK_MIN_HOLD",
+        value_name = "DUR",
+        help_heading = "Lock"
+    )]
+    pub min_hold: Option<String>,
+
+    /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0
+    #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+    pub idempotency_key: Option<OsString>,
+
+    /// How long a success record of --idempotency-key is kept
+    #[arg(
+        long,
+        env = "REDLOCK_IDEMPOTENCY_TTL",
+        value_name = "DUR",
+        default_value = "7d",
+        help_heading = "Lock"
+    )]
+    pub idempotency_ttl: String,
+
+    /// How long to wait for a busy lock; 0 = fail at once
+    #[arg(
+        short,
+        long,
+        env = "REDLOCK_WAIT",
+        value_name = "DUR",
+        default_value = "0",
+        help_heading = "Waiting"
+    )]
+    pub wait: String,
+
+    /// If Redis is unreachable at start, run the command anyway, without a lock (loud warning)
+    #[arg(long, env = "REDLOCK_FAIL_OPEN", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Waiting")]
+    pub fail_open: bool,
+
     /// Renewal period while the command runs [default: ttl/3]
     #[arg(
         long,
@@ -87,6 +126,24 @@ pub struct Cli {
     /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
     #[arg(long, value_name = "URL", help_heading = "Redis connection")]
     pub redis_url: Option<String>,
+
+    /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
+    #[arg(
+        long,
+        env = "REDLOCK_CONNECT_TIMEOUT",
+        value_name = "DUR",
+        help_heading = "Redis connection"
+    )]
+    pub connect_timeout: Option<String>,
+
+    /// Bound on each Redis request [default: from the lease, at most 2s]
+    #[arg(
+        long,
+        env = "REDLOCK_COMMAND_TIMEOUT",
+        value_name = "DUR",
+        help_heading = "Redis connection"
+    )]
+    pub command_timeout: Option<String>,
 
     /// More diagnostics on stderr (-v: info, -vv: debug)
     #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]

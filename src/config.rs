@@ -29,10 +29,21 @@ pub enum Verbosity {
     Debug,
 }
 
+/// `--idempotency-key`: the ID of a run whose success is recorded, and for how long.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    pub id: Vec<u8>,
+    pub ttl: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub key: Vec<u8>,
     pub ttl: Duration,
+    pub wait: Duration,
+    pub fail_open: bool,
+    pub min_hold: Duration,
+    pub idempotency: Option<Idempotency>,
     pub renew_every: Duration,
     pub kill_grace: Duration,
     pub on_lost: OnLost,
@@ -65,6 +76,22 @@ impl Config {
             Some(s) => duration("--kill-grace", s)?,
             None => (ttl / 6).min(Duration::from_secs(10)),
         };
+        let wait = duration_or_zero("--wait", &cli.wait)?;
+        let min_hold = match &cli.min_hold {
+            Some(s) => duration_or_zero("--min-hold", s)?,
+            None => Duration::ZERO,
+        };
+        let idempotency = match &cli.idempotency_key {
+            Some(id) if id.is_empty() => return Err(usage("--idempotency-key must not be empty")),
+            Some(id) => Some(Idempotency {
+                id: id.as_bytes().to_vec(),
+                ttl: duration("--idempotency-ttl", &cli.idempotency_ttl)?,
+            }),
+            None => {
+                duration("--idempotency-ttl", &cli.idempotency_ttl)?;
+                None
+            }
+        };
         let max_runtime = cli
             .max_runtime
             .as_deref()
@@ -90,10 +117,17 @@ impl Config {
             .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
 
         // Redis I/O must never be what delays the stop path: every request is bounded well
-        // inside the slack between a renewal and the point where the command must be stopped.
+        // inside the slack between a renewal and the point where the command must be stopped,
+        // leaving room for retries.
         let slack = room - renew_every - kill_grace;
-        let command_timeout = (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2));
-        let connect_timeout = (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        let command_timeout = match &cli.command_timeout {
+            Some(s) => bounded_timeout("--command-timeout", s, slack)?,
+            None => (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2)),
+        };
+        let connect_timeout = match &cli.connect_timeout {
+            Some(s) => bounded_timeout("--connect-timeout", s, slack)?,
+            None => (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5)),
+        };
 
         let verbosity = match (cli.verbose, cli.quiet) {
             (0, true) => Verbosity::Quiet,
@@ -105,6 +139,10 @@ impl Config {
         Ok(Config {
             key,
             ttl,
+            wait,
+            fail_open: cli.fail_open,
+            min_hold,
+            idempotency,
             renew_every,
             kill_grace,
             on_lost: match cli.on_lost {
@@ -130,15 +168,42 @@ fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// A Redis timeout: positive, and short enough to leave time for a retry before the command
+/// would have to be stopped.
+fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Result<Duration, Error> {
+    let d = duration(flag, value)?;
+    if d >= slack {
+        return Err(usage(format!(
+            "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+             kill-grace ({}): shorten it or lengthen --ttl",
+            humantime::format_duration(d),
+            humantime::format_duration(slack),
+        )));
+    }
+    Ok(d)
+}
+
+/// Parses a humantime duration that may be zero.
+fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
+    if value.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse(flag, value)
+}
+
 /// Parses a positive humantime duration, naming the flag in the error.
 fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
-    let d = humantime::parse_duration(value.trim()).map_err(|e| {
-        usage(format!(
-            "{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"
-        ))
-    })?;
+    let d = parse(flag, value)?;
     if d.is_zero() {
         return Err(usage(format!("{flag} must be greater than zero")));
     }
     Ok(d)
+}
+
+fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        usage(format!(
+            "{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"
+        ))
+    })
 }

@@ -47,6 +47,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// A signal arrived before the command was started.
+    pub fn interrupted(sig: nix::sys::signal::Signal) -> Self {
+        Error::Interrupted {
+            name: sig.as_str(),
+            signal: sig as i32,
+        }
+    }
+
     pub fn code(&self) -> u8 {
         match self {
             Error::Usage(_) => status::USAGE,

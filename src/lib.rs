@@ -3,6 +3,7 @@
 //! Data flows one way: command line (`cli`) → validated [`config::Config`] → the lock in Redis
 //! (`lock`) and the supervised command (`child`, `supervise`) → an exit status (`exit`).
 
+mod acquire;
 mod backoff;
 mod child;
 #[doc(hidden)]

@@ -14,6 +14,10 @@ use crate::lock::Lease;
 use crate::lock::renewer::LeaseEvent;
 use crate::signals::{Signals, is_stop_request};
 
+/// SIGKILL goes out this much before the deadline, so that timer granularity and scheduling
+/// delay cannot make the command outlive it.
+const KILL_AHEAD: Duration = Duration::from_millis(10);
+
 /// Why the wrapper stopped the command, when it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -33,145 +37,95 @@ pub struct Ended {
     pub stopped: Option<StopReason>,
 }
 
-/// Runs until the command has exited and every other process of its group is gone.
+/// The lock while the command runs: the current lease and the renewer's reports.
+pub struct Held<'a> {
+    pub lease: Lease,
+    pub events: &'a mut mpsc::UnboundedReceiver<LeaseEvent>,
+}
+
+/// Runs until the command has exited and every other process of its group is gone. `held` is
+/// `None` for a run without a lock (`--fail-open`).
 pub async fn supervise(
     child: &mut Child,
-    mut lease: Lease,
-    events: &mut mpsc::UnboundedReceiver<LeaseEvent>,
+    held: Option<Held<'_>>,
     signals: &mut Signals,
     config: &Config,
     started: Instant,
 ) -> Ended {
-    let grace = config.kill_grace;
+    let mut stop = Stopper {
+        child,
+        grace: config.kill_grace,
+        reason: None,
+        termed_at: None,
+        killed: false,
+    };
+    let mut watch = held.map(|h| LeaseWatch {
+        lease: h.lease,
+        events: h.events,
+        gone: false,
+        open: true,
+    });
     let max_runtime_at = config.max_runtime.map(|d| started + d);
-    let mut stopped: Option<StopReason> = None;
-    // When SIGTERM went to the group; SIGKILL follows `grace` later.
-    let mut termed_at: Option<Instant> = None;
-    let mut killed = false;
-    // Once the lease is gone it stays gone: nothing revives it.
-    let mut lease_gone = false;
-    let mut events_open = true;
 
     let command_code = loop {
         let now = Instant::now();
-        let expired = lease.expired(now);
-        if expired && !lease_gone {
-            lease_gone = true;
-            lease_lost(
-                config,
-                "the lease deadline passed without a confirmed renewal",
-            );
-        }
-        if config.on_lost == OnLost::Terminate {
-            if termed_at.is_none() && (lease_gone || now + grace >= lease.deadline()) {
-                if !lease_gone {
-                    tracing::warn!(
-                        left_ms = lease.remaining(now).as_millis() as u64,
-                        "ownership cannot be confirmed; stopping the command before the lease deadline"
-                    );
-                }
-                stopped.get_or_insert(StopReason::LeaseLost);
-                termed_at = Some(now);
-                child.signal_group(Signal::SIGTERM);
-            }
-            // Whatever else is going on, nothing of the command may outlive the lease.
-            if now >= kill_by(&lease) && !killed {
-                killed = true;
-                child.signal_group(Signal::SIGKILL);
-            }
+        if let Some(w) = watch.as_mut() {
+            w.enforce(now, config.on_lost, &mut stop);
         }
         if let Some(at) = max_runtime_at
             && now >= at
-            && termed_at.is_none()
+            && stop.termed_at.is_none()
         {
             tracing::warn!("--max-runtime reached; stopping the command");
-            stopped.get_or_insert(StopReason::MaxRuntime);
-            termed_at = Some(now);
-            child.signal_group(Signal::SIGTERM);
+            stop.term(StopReason::MaxRuntime, now);
         }
-        if let Some(t) = termed_at
-            && now >= t + grace
-            && !killed
+        if let Some(t) = stop.termed_at
+            && now >= t + stop.grace
+            && !stop.killed
         {
             tracing::warn!("the command did not stop within --kill-grace; sending SIGKILL");
-            killed = true;
-            child.signal_group(Signal::SIGKILL);
+            stop.kill();
         }
 
         // The next moment something must happen without an outside event.
         let mut wake = now + Duration::from_secs(3600);
-        if !lease_gone {
-            wake = wake.min(lease.deadline());
+        if let Some(w) = &watch {
+            wake = wake.min(w.next_action(config.on_lost, &stop));
         }
-        if config.on_lost == OnLost::Terminate && !killed {
-            wake = wake.min(kill_by(&lease));
-        }
-        if config.on_lost == OnLost::Terminate && termed_at.is_none() {
-            wake = wake.min(lease.deadline() - grace);
-        }
-        if let (Some(at), None) = (max_runtime_at, termed_at) {
+        if let (Some(at), None) = (max_runtime_at, stop.termed_at) {
             wake = wake.min(at);
         }
-        if let (Some(t), false) = (termed_at, killed) {
-            wake = wake.min(t + grace);
+        if let (Some(t), false) = (stop.termed_at, stop.killed) {
+            wake = wake.min(t + stop.grace);
         }
 
         tokio::select! {
             biased;
-            event = child.wait() => match event {
+            event = stop.child.wait() => match event {
                 ChildEvent::Exited(code) => break code,
                 ChildEvent::Stopped(sig) => {
                     tracing::info!("the command was suspended ({sig}); suspending the wrapper too");
-                    child.suspend_with_command();
-                    if lease.expired(Instant::now()) && config.on_lost == OnLost::Terminate {
-                        // Resumed after the lease lapsed: the top of the loop kills the group,
-                        // which SIGKILL does even while it is stopped.
-                        continue;
+                    stop.child.suspend_with_command();
+                    let lapsed = watch.as_ref().is_some_and(|w| w.lease.expired(Instant::now()));
+                    if !(lapsed && config.on_lost == OnLost::Terminate) {
+                        stop.child.signal_group(Signal::SIGCONT);
                     }
-                    child.signal_group(Signal::SIGCONT);
+                    // Otherwise the top of the loop kills the group, stopped or not.
                 }
             },
-            event = events.recv(), if events_open => match event {
-                Some(LeaseEvent::Renewed(l)) if !lease_gone => lease = l,
-                Some(LeaseEvent::Renewed(_)) => {}
-                Some(LeaseEvent::Failing { error, left }) => tracing::warn!(
-                    left_ms = left.as_millis() as u64,
-                    "renewal failing, retrying: {error}"
-                ),
-                Some(LeaseEvent::Lost) => {
-                    if !lease_gone {
-                        lease_gone = true;
-                        lease_lost(config, "the key no longer holds this run's value (deleted, replaced or expired)");
-                    }
+            event = next_event(&mut watch) => {
+                if let Some(w) = watch.as_mut() {
+                    w.handle(event, config.on_lost);
                 }
-                Some(LeaseEvent::Expired) => {}
-                None => events_open = false,
-            },
-            sig = signals.recv() => {
-                if sig == Signal::SIGWINCH && child.owns_terminal() {
-                    // The kernel already delivered it to the command's (foreground) group.
-                    continue;
-                }
-                if is_stop_request(sig) && termed_at.is_some() && matches!(sig, Signal::SIGTERM | Signal::SIGINT) {
-                    tracing::warn!("second {sig} while stopping; sending SIGKILL");
-                    killed = true;
-                    child.signal_group(Signal::SIGKILL);
-                } else {
-                    tracing::info!("passing {sig} to the command");
-                    child.signal_group(sig);
-                    if is_stop_request(sig) && termed_at.is_none() {
-                        stopped.get_or_insert(StopReason::Signal(sig));
-                        termed_at = Some(Instant::now());
-                    }
-                }
-            },
+            }
+            sig = signals.recv() => stop.on_signal(sig),
             () = sleep_until(wake) => {}
         }
     };
 
-    finish_group(child, grace).await;
+    finish_group(stop.child, stop.grace).await;
 
-    let code = match stopped {
+    let code = match stop.reason {
         Some(StopReason::LeaseLost) => status::LEASE_LOST,
         Some(StopReason::MaxRuntime) => status::MAX_RUNTIME,
         Some(StopReason::Signal(_)) | None => command_code,
@@ -179,29 +133,155 @@ pub async fn supervise(
     Ended {
         code,
         command_code,
-        stopped,
+        stopped: stop.reason,
     }
 }
 
-/// SIGKILL goes out this much before the deadline, so that timer granularity and scheduling
-/// delay cannot make the command outlive it.
-const KILL_AHEAD: Duration = Duration::from_millis(10);
-
-fn kill_by(lease: &Lease) -> Instant {
-    lease.deadline() - KILL_AHEAD
+/// Signals the command's group on the way to stopping it, once per step.
+struct Stopper<'c> {
+    child: &'c mut Child,
+    grace: Duration,
+    /// The first reason to stop; later ones do not replace it.
+    reason: Option<StopReason>,
+    /// When SIGTERM went to the group; SIGKILL follows `grace` later.
+    termed_at: Option<Instant>,
+    killed: bool,
 }
 
-fn lease_lost(config: &Config, why: &str) {
-    match config.on_lost {
+impl Stopper<'_> {
+    fn term(&mut self, reason: StopReason, now: Instant) {
+        self.reason.get_or_insert(reason);
+        if self.termed_at.is_none() {
+            self.termed_at = Some(now);
+            self.child.signal_group(Signal::SIGTERM);
+        }
+    }
+
+    fn kill(&mut self) {
+        if !self.killed {
+            self.killed = true;
+            self.child.signal_group(Signal::SIGKILL);
+        }
+    }
+
+    fn on_signal(&mut self, sig: Signal) {
+        if sig == Signal::SIGWINCH && self.child.owns_terminal() {
+            // The kernel already delivered it to the command's (foreground) group.
+            return;
+        }
+        if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && self.termed_at.is_some() {
+            tracing::warn!("second {sig} while stopping; sending SIGKILL");
+            self.kill();
+            return;
+        }
+        tracing::info!("passing {sig} to the command");
+        if is_stop_request(sig) && self.termed_at.is_none() {
+            self.reason.get_or_insert(StopReason::Signal(sig));
+            self.termed_at = Some(Instant::now());
+        }
+        self.child.signal_group(sig);
+    }
+}
+
+/// The lease as the supervisor sees it. Once gone it stays gone: nothing revives it.
+struct LeaseWatch<'a> {
+    lease: Lease,
+    events: &'a mut mpsc::UnboundedReceiver<LeaseEvent>,
+    gone: bool,
+    open: bool,
+}
+
+impl LeaseWatch<'_> {
+    /// SIGTERM when ownership is lost or cannot be confirmed `kill-grace` before the deadline;
+    /// SIGKILL just before the deadline, whatever else is going on.
+    fn enforce(&mut self, now: Instant, on_lost: OnLost, stop: &mut Stopper<'_>) {
+        if self.lease.expired(now) && !self.gone {
+            self.gone = true;
+            lease_lost(
+                on_lost,
+                "the lease deadline passed without a confirmed renewal",
+            );
+        }
+        if on_lost == OnLost::Ignore {
+            return;
+        }
+        if stop.termed_at.is_none() && (self.gone || now + stop.grace >= self.lease.deadline()) {
+            if !self.gone {
+                tracing::warn!(
+                    left_ms = self.lease.remaining(now).as_millis() as u64,
+                    "ownership cannot be confirmed; stopping the command before the lease deadline"
+                );
+            }
+            stop.term(StopReason::LeaseLost, now);
+        }
+        if now >= self.kill_by() {
+            stop.reason.get_or_insert(StopReason::LeaseLost);
+            stop.kill();
+        }
+    }
+
+    fn next_action(&self, on_lost: OnLost, stop: &Stopper<'_>) -> Instant {
+        let mut at = self.lease.deadline();
+        if on_lost == OnLost::Terminate {
+            if !stop.killed {
+                at = at.min(self.kill_by());
+            }
+            if stop.termed_at.is_none() {
+                at = at.min(self.lease.deadline() - stop.grace);
+            }
+        }
+        at
+    }
+
+    fn kill_by(&self) -> Instant {
+        self.lease.deadline() - KILL_AHEAD
+    }
+
+    fn handle(&mut self, event: Option<LeaseEvent>, on_lost: OnLost) {
+        match event {
+            Some(LeaseEvent::Renewed(lease)) if !self.gone => self.lease = lease,
+            Some(LeaseEvent::Renewed(_) | LeaseEvent::Expired) => {}
+            Some(LeaseEvent::Failing { error, left }) => {
+                tracing::warn!(
+                    left_ms = left.as_millis() as u64,
+                    "renewal failing, retrying: {error}"
+                )
+            }
+            Some(LeaseEvent::Lost) => {
+                if !self.gone {
+                    self.gone = true;
+                    lease_lost(
+                        on_lost,
+                        "the key no longer holds this run's value (deleted, replaced or expired)",
+                    );
+                }
+            }
+            None => self.open = false,
+        }
+    }
+}
+
+/// The renewer's next report; never, when there is no lease or the renewer has finished.
+async fn next_event(watch: &mut Option<LeaseWatch<'_>>) -> Option<LeaseEvent> {
+    match watch {
+        Some(w) if w.open => w.events.recv().await,
+        _ => std::future::pending().await,
+    }
+}
+
+fn lease_lost(on_lost: OnLost, why: &str) {
+    match on_lost {
         OnLost::Terminate => tracing::error!("lock lost: {why}; stopping the command"),
-        OnLost::Ignore => tracing::error!(
-            "lock lost: {why}; the command keeps running WITHOUT the lock (--on-lost ignore)"
-        ),
+        OnLost::Ignore => {
+            tracing::error!(
+                "lock lost: {why}; the command keeps running WITHOUT the lock (--on-lost ignore)"
+            )
+        }
     }
 }
 
 /// After the command itself has exited, stops what is left of its process group (background
-/// jobs it started): SIGTERM, then SIGKILL after `grace`.
+/// jobs it started): SIGTERM, then SIGKILL after `grace`, and waits (bounded) until it is gone.
 async fn finish_group(child: &mut Child, grace: Duration) {
     if !child.group_alive() {
         return;
@@ -209,10 +289,12 @@ async fn finish_group(child: &mut Child, grace: Duration) {
     tracing::info!("the command exited but left processes in its group; stopping them");
     child.signal_group(Signal::SIGTERM);
     let kill_at = Instant::now() + grace;
-    while child.group_alive() {
-        if Instant::now() >= kill_at {
+    let give_up = kill_at + Duration::from_secs(1);
+    let mut killed = false;
+    while child.group_alive() && Instant::now() < give_up {
+        if !killed && Instant::now() >= kill_at {
             child.signal_group(Signal::SIGKILL);
-            break;
+            killed = true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
         child.reap_orphans();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis::aio::{MultiplexedConnection, PubSubStream};
 use redis::{
     AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
 };
@@ -71,6 +71,8 @@ pub struct Conn {
     client: Client,
     config: AsyncConnectionConfig,
     conn: Option<MultiplexedConnection>,
+    connect_timeout: Duration,
+    command_timeout: Duration,
     /// Where we connect, for messages: the URL without its password.
     pub target: String,
 }
@@ -97,6 +99,8 @@ impl Conn {
             client,
             config,
             conn: None,
+            connect_timeout,
+            command_timeout,
             target,
         })
     }
@@ -111,6 +115,25 @@ impl Conn {
         match script.invoke_async(conn).await {
             Ok(v) => Ok(v),
             Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    /// A separate connection subscribed to `channel`, bounded by the connect and command
+    /// timeouts.
+    pub async fn subscribe(&mut self, channel: &[u8]) -> Result<PubSubStream, Fault> {
+        let limit = self.connect_timeout + self.command_timeout;
+        let subscribed = tokio::time::timeout(limit, async {
+            let mut pubsub = self.client.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok::<_, RedisError>(pubsub.into_on_message())
+        })
+        .await;
+        match subscribed {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(e)) => Err(Fault::from_redis(&e)),
+            Err(_) => Err(Fault::Unavailable(format!(
+                "subscribing timed out after {limit:?}"
+            ))),
         }
     }
 

@@ -8,6 +8,8 @@
 #[derive(Debug, Clone)]
 pub struct Keys {
     pub lock: Vec<u8>,
+    /// What every derived name starts with (see [`slot_prefix`]).
+    prefix: Vec<u8>,
     pub fence: Vec<u8>,
     /// Pub/sub channel on which a release is announced to waiters.
     pub released_channel: Vec<u8>,
@@ -20,7 +22,15 @@ impl Keys {
             lock: lock.to_vec(),
             fence: derived(&prefix, b":fence"),
             released_channel: derived(&prefix, b":released"),
+            prefix,
         }
+    }
+
+    /// The success record of `--idempotency-key ID`.
+    pub fn record(&self, id: &[u8]) -> Vec<u8> {
+        let mut suffix = b":done:".to_vec();
+        suffix.extend_from_slice(id);
+        derived(&self.prefix, &suffix)
     }
 }
 

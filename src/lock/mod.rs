@@ -11,6 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rand::TryRng;
 use redis::Value;
 
+use crate::config::Idempotency;
+
 pub use conn::{Conn, Fault};
 pub use keys::Keys;
 pub use lease::Lease;
@@ -29,6 +31,19 @@ pub enum Acquired {
         pttl: Option<Duration>,
         holder: Vec<u8>,
     },
+    /// The success record of `--idempotency-key` exists: the work is done. Nothing was taken.
+    AlreadyDone { record: Vec<u8> },
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// Deleted, and waiters told.
+    Deleted,
+    /// Kept until the end of `--min-hold`.
+    Kept,
+    /// The key did not hold our value (expired or taken over) and was left untouched.
+    NotOurs,
 }
 
 /// One lock owner: the connection, the key names and the value that proves ownership.
@@ -37,16 +52,31 @@ pub struct Lock {
     keys: Keys,
     value: String,
     ttl: Duration,
+    /// The success record's key and lifetime, with `--idempotency-key`.
+    record: Option<(Vec<u8>, Duration)>,
 }
 
 impl Lock {
-    pub fn new(conn: Conn, key: &[u8], ttl: Duration) -> Result<Self, Fault> {
+    pub fn new(
+        conn: Conn,
+        key: &[u8],
+        ttl: Duration,
+        idempotency: Option<&Idempotency>,
+    ) -> Result<Self, Fault> {
+        let keys = Keys::new(key);
+        let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
         Ok(Lock {
             conn,
-            keys: Keys::new(key),
+            keys,
             value: owner_value()?,
             ttl,
+            record,
         })
+    }
+
+    /// Subscribes to the announcement of this lock's release (for waiters).
+    pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
+        self.conn.subscribe(&self.keys.released_channel).await
     }
 
     /// The value stored at the key: `<token> <host> <pid> <start unix ms>`.
@@ -64,18 +94,17 @@ impl Lock {
     }
 
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
+        let mut script = scripts::ACQUIRE.key(&self.keys.lock);
+        script.key(&self.keys.fence);
+        if let Some((record, _)) = &self.record {
+            script.key(record);
+        }
+        script
+            .arg(&self.value)
+            .arg(millis(self.ttl))
+            .arg(millis(FENCE_TTL.max(self.ttl * 2)));
         let sent = tokio::time::Instant::now();
-        let reply: Vec<Value> = self
-            .conn
-            .invoke(
-                scripts::ACQUIRE
-                    .key(&self.keys.lock)
-                    .key(&self.keys.fence)
-                    .arg(&self.value)
-                    .arg(millis(self.ttl))
-                    .arg(millis(FENCE_TTL.max(self.ttl * 2))),
-            )
-            .await?;
+        let reply: Vec<Value> = self.conn.invoke(&script).await?;
         let unexpected = || Fault::Failed(format!("unexpected reply to acquire: {reply:?}"));
         match reply.first() {
             Some(Value::Int(1)) => {
@@ -87,13 +116,13 @@ impl Lock {
             }
             Some(Value::Int(0)) => {
                 let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
-                let holder = match reply.get(2) {
-                    Some(Value::BulkString(b)) => b.clone(),
-                    _ => Vec::new(),
-                };
+                let holder = as_bytes(reply.get(2));
                 let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
                 Ok(Acquired::Busy { pttl, holder })
             }
+            Some(Value::Int(2)) => Ok(Acquired::AlreadyDone {
+                record: as_bytes(reply.get(1)),
+            }),
             Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
                 "key {} holds a value of type {}, not a lock; it was left untouched",
                 show_key(&self.keys.lock),
@@ -122,19 +151,38 @@ impl Lock {
         Ok(n == 1)
     }
 
-    /// Deletes the key if it still holds our value and tells waiters. `Ok(false)`: it did not
-    /// hold our value (expired, or someone else's now) and was left untouched.
-    pub async fn release(&mut self) -> Result<bool, Fault> {
-        let n: i64 = self
-            .conn
-            .invoke(
-                scripts::RELEASE
-                    .key(&self.keys.lock)
-                    .arg(&self.value)
-                    .arg(&self.keys.released_channel),
-            )
-            .await?;
-        Ok(n == 1)
+    /// Deletes the key if it still holds our value and tells waiters — or, with `keep`, lets it
+    /// live that much longer (`--min-hold`). With `succeeded` and `--idempotency-key`, records
+    /// the success in the same round trip.
+    pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<Released, Fault> {
+        let mut script = scripts::RELEASE.key(&self.keys.lock);
+        let record = self.record.as_ref().filter(|_| succeeded);
+        if let Some((key, _)) = record {
+            script.key(key);
+        }
+        script
+            .arg(&self.value)
+            .arg(&self.keys.released_channel)
+            .arg(millis(keep));
+        if let Some((_, ttl)) = record {
+            script.arg(success_value()).arg(millis(*ttl));
+        }
+        let reply: Vec<Value> = self.conn.invoke(&script).await?;
+        match reply.get(1) {
+            Some(Value::Int(0)) | None => {}
+            error => tracing::warn!(
+                "could not record the success of --idempotency-key: {}",
+                as_text(error)
+            ),
+        }
+        match reply.first() {
+            Some(Value::Int(1)) => Ok(Released::Deleted),
+            Some(Value::Int(2)) => Ok(Released::Kept),
+            Some(Value::Int(0)) => Ok(Released::NotOurs),
+            _ => Err(Fault::Failed(format!(
+                "unexpected reply to release: {reply:?}"
+            ))),
+        }
     }
 }
 
@@ -155,6 +203,33 @@ fn owner_value() -> Result<String, Fault> {
         .unwrap_or_default()
         .as_millis();
     Ok(format!("{hex} {host} {} {started}", std::process::id()))
+}
+
+/// What a success record holds: `<host> <pid> <finished unix ms>`.
+fn success_value() -> String {
+    format!("{} {} {}", hostname(), std::process::id(), unix_ms())
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+}
+
+fn as_bytes(v: Option<&Value>) -> Vec<u8> {
+    match v {
+        Some(Value::BulkString(b)) => b.clone(),
+        _ => Vec::new(),
+    }
 }
 
 fn millis(d: Duration) -> u64 {

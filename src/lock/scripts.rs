@@ -6,9 +6,10 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// KEYS: lock, fence. ARGV: value, ttl ms, fence ttl ms.
+/// KEYS: lock, fence[, success record]. ARGV: value, ttl ms, fence ttl ms.
 /// → `{1, fence}` acquired; `{0, pttl, holder}` busy; `{-1, type}` the key holds another type;
-///   `{-2, error}` the fence counter is unusable (nothing is left held).
+///   `{-2, error}` the fence counter is unusable (nothing is left held);
+///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken).
 ///
 /// The fence counter is initialised from the server clock in microseconds when it is missing,
 /// so it keeps increasing across data loss and may expire instead of living forever.
@@ -29,6 +30,10 @@ local function bump_fence()
     redis.call('PEXPIRE', KEYS[2], ARGV[3])
   end
   return fence
+end
+if KEYS[3] then
+  local done = redis.call('GET', KEYS[3])
+  if done then return {2, done} end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence, err = bump_fence()
@@ -71,17 +76,30 @@ return 0
     )
 });
 
-/// KEYS: lock. ARGV: value, release channel.
-/// → 1 deleted (and waiters told), 0 not ours (left untouched).
+/// KEYS: lock[, success record]. ARGV: value, release channel, keep ms, record value,
+/// record ttl ms.
+/// → `{1, recorded}` deleted (and waiters told); `{2, recorded}` kept for `keep ms` more
+///   (`--min-hold`); `{0, recorded}` not ours, left untouched. The success record, when a key is
+///   given, is written whoever holds the lock: the command did succeed. `recorded` is the error
+///   writing it, or 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
+local recorded = 0
+if KEYS[2] then
+  local ok = redis.pcall('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+  if type(ok) == 'table' and ok['err'] then recorded = ok['err'] end
+end
 if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  if tonumber(ARGV[3]) > 0 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return {2, recorded}
+  end
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], 'released')
-  return 1
+  return {1, recorded}
 end
-return 0
+return {0, recorded}
 "#,
     )
 });

@@ -45,6 +45,45 @@ impl RedisServer {
         );
     }
 
+    /// Starts a server on a given port (one that was free a moment ago).
+    pub fn start_on(port: u16) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("redlock-test-")
+            .tempdir()
+            .expect("temp dir");
+        let mut server = RedisServer {
+            port,
+            dir,
+            process: None,
+        };
+        assert!(
+            server.launch(),
+            "could not start redis-server on port {port}"
+        );
+        server
+    }
+
+    /// Requests clients have sent (from INFO commandstats): every command except those that
+    /// only run inside the tool's scripts, which commandstats counts too.
+    pub fn client_requests(&self) -> u64 {
+        const SCRIPT_ONLY: &[&str] = &[
+            "set", "get", "type", "pttl", "pexpire", "incr", "del", "publish", "time",
+        ];
+        let info: String = self.cmd(&[b"INFO", b"commandstats"]);
+        info.lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest
+                    .strip_prefix("calls=")?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()?;
+                (!SCRIPT_ONLY.contains(&name) && name != "info").then_some(calls)
+            })
+            .sum()
+    }
+
     /// Starts the process on `self.port` and waits (bounded) until it answers PING.
     fn launch(&mut self) -> bool {
         let log = self.dir.path().join("redis.log");
@@ -259,30 +298,23 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Output {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        let mut err = Vec::new();
-        let e = std::thread::spawn(move || {
+    std::thread::spawn(move || {
+        let err = std::thread::spawn(move || {
+            let mut err = Vec::new();
             if let Some(s) = stderr.as_mut() {
                 let _ = s.read_to_end(&mut err);
             }
             err
         });
+        let mut out = Vec::new();
         if let Some(s) = stdout.as_mut() {
             let _ = s.read_to_end(&mut out);
         }
-        let err = e.join().unwrap_or_default();
-        let _ = tx.send(());
-        (out, err)
+        let _ = tx.send((out, err.join().unwrap_or_default()));
     });
     let status = wait_bounded(&mut child, limit);
-    // Output pipes may be held open by leftovers; give the readers a bounded moment.
-    let _ = rx.recv_timeout(Duration::from_secs(5));
-    let (stdout, stderr) = if reader.is_finished() {
-        reader.join().unwrap_or_default()
-    } else {
-        (Vec::new(), Vec::new())
-    };
+    // Leftover processes may hold the pipes open; give the readers a bounded moment.
+    let (stdout, stderr) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     Output {
         status,
         stdout,

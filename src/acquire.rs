@@ -1,0 +1,166 @@
+//! Taking the lock (SPEC §6): try once or wait for a release, ride out a Redis outage with
+//! backoff, and fail closed — or open, when asked.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::PubSubStream;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::backoff::full_jitter;
+use crate::config::Config;
+use crate::exit::Error;
+use crate::lock::{Acquired, Fault, Lease, Lock, show_key};
+use crate::signals::Signals;
+
+/// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
+const OUTAGE_RETRY: Duration = Duration::from_secs(1);
+/// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
+/// announcement is missed (a dropped subscription).
+const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// How the wait for the lock ended, when it did not end in an error.
+pub enum Outcome {
+    Acquired {
+        fence: i64,
+        lease: Lease,
+    },
+    /// `--idempotency-key`: a run with this ID already succeeded.
+    AlreadyDone {
+        record: Vec<u8>,
+    },
+    /// `--fail-open`: Redis stayed unreachable; run without the lock.
+    Unlocked {
+        reason: String,
+    },
+}
+
+pub async fn acquire(
+    lock: &mut Lock,
+    config: &Config,
+    signals: &mut Signals,
+) -> Result<Outcome, Error> {
+    let started = Instant::now();
+    let wait_until = started + config.wait;
+    let outage_until = started + config.wait.max(OUTAGE_RETRY);
+    let mut releases: Option<PubSubStream> = None;
+    let mut outage_failures = 0u32;
+
+    loop {
+        let attempt = async {
+            // Subscribed before the attempt, so a release right after it is not missed.
+            if !config.wait.is_zero() && releases.is_none() {
+                releases = Some(lock.watch_releases().await?);
+            }
+            lock.acquire().await
+        };
+        let attempt = tokio::select! {
+            r = attempt => r,
+            sig = signals.recv() => return Err(Error::interrupted(sig)),
+        };
+        let now = Instant::now();
+        let fault = match attempt {
+            Ok(Acquired::Yes { fence, lease }) if lease.remaining(now) > config.kill_grace => {
+                return Ok(Outcome::Acquired { fence, lease });
+            }
+            Ok(Acquired::Yes { .. }) => {
+                let _ = lock.release(Duration::ZERO, false).await;
+                Fault::Unavailable(
+                    "Redis answered too slowly: too little of the lease was left".into(),
+                )
+            }
+            Ok(Acquired::AlreadyDone { record }) => return Ok(Outcome::AlreadyDone { record }),
+            Ok(Acquired::Busy { pttl, holder }) => {
+                outage_failures = 0;
+                if now >= wait_until {
+                    let message = busy_message(&config.key, pttl, &holder, !config.wait.is_zero());
+                    return Err(Error::Busy {
+                        message,
+                        code: config.busy_exit_code,
+                    });
+                }
+                let retry_in = pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
+                    + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50));
+                tracing::debug!(
+                    retry_in_ms = retry_in.as_millis() as u64,
+                    "lock busy; waiting for its release"
+                );
+                tokio::select! {
+                    () = sleep_until((now + retry_in).min(wait_until)) => {}
+                    announced = next_release(&mut releases) => {
+                        if !announced {
+                            // The subscription ended; subscribe again before the next attempt.
+                            releases = None;
+                        }
+                    }
+                    sig = signals.recv() => return Err(Error::interrupted(sig)),
+                }
+                continue;
+            }
+            Err(fault) => fault,
+        };
+
+        let Fault::Unavailable(msg) = fault else {
+            return Err(fault.into_error("taking the lock"));
+        };
+        outage_failures += 1;
+        let delay = full_jitter(
+            Duration::from_millis(50),
+            outage_failures,
+            Duration::from_secs(1),
+        );
+        if now + delay >= outage_until {
+            if config.fail_open {
+                return Ok(Outcome::Unlocked { reason: msg });
+            }
+            return Err(Fault::Unavailable(msg)
+                .into_error(&format!("cannot reach Redis at {}", lock.target())));
+        }
+        tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");
+        tokio::select! {
+            () = sleep(delay) => {}
+            sig = signals.recv() => return Err(Error::interrupted(sig)),
+        }
+    }
+}
+
+/// Resolves when a release is announced (`true`) or the subscription ends (`false`); never
+/// without a subscription.
+async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
+    match releases {
+        Some(stream) => stream.next().await.is_some(),
+        None => std::future::pending().await,
+    }
+}
+
+/// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed".
+fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool) -> String {
+    let holder = String::from_utf8_lossy(holder);
+    let who = match holder.split(' ').collect::<Vec<_>>()[..] {
+        [_token, host, pid, since] => format!("{host} (pid {pid}) since {}", unix_ms_text(since)),
+        _ => "another client (not a redlock-run value)".to_owned(),
+    };
+    let left = match pttl {
+        Some(d) => format!(
+            "it expires in {} unless renewed",
+            humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
+        ),
+        None => "the key has NO expiry and will never go away by itself; delete it if its holder is gone".to_owned(),
+    };
+    let state = if waited {
+        "still busy at the end of --wait"
+    } else {
+        "busy"
+    };
+    format!("lock {} is {state}: held by {who}; {left}", show_key(key))
+}
+
+/// A unix time in milliseconds as RFC 3339, or the text itself if it is not one.
+pub fn unix_ms_text(ms: &str) -> String {
+    ms.parse::<u64>()
+        .map(|ms| {
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
+                .to_string()
+        })
+        .unwrap_or_else(|_| ms.to_owned())
+}
