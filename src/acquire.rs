@@ -19,6 +19,9 @@ const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// announcement is missed (a dropped subscription).
 const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
 
+/// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
+const ABANDON_LIMIT: Duration = Duration::from_millis(300);
+
 /// How the wait for the lock ended, when it did not end in an error.
 pub enum Outcome {
     Acquired {
@@ -35,11 +38,7 @@ pub enum Outcome {
     },
 }
 
-pub async fn acquire(
-    lock: &mut Lock,
-    config: &Config,
-    signals: &mut Signals,
-) -> Result<Outcome, Error> {
+pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) -> Result<Outcome, Error> {
     let started = Instant::now();
     let wait_until = started + config.wait;
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
@@ -54,9 +53,18 @@ pub async fn acquire(
             }
             lock.acquire().await
         };
+        let mut interrupted = None;
         let attempt = tokio::select! {
-            r = attempt => r,
-            sig = signals.recv() => return Err(Error::interrupted(sig)),
+            r = attempt => Some(r),
+            sig = signals.recv_before_start() => {
+                interrupted = Some(sig);
+                None
+            }
+        };
+        let Some(attempt) = attempt else {
+            // The abandoned request may still take the lock: take back what it may have taken.
+            abandon(lock).await;
+            return Err(Error::interrupted(interrupted.expect("set with None")));
         };
         let now = Instant::now();
         let fault = match attempt {
@@ -65,19 +73,14 @@ pub async fn acquire(
             }
             Ok(Acquired::Yes { .. }) => {
                 let _ = lock.release(Duration::ZERO, false).await;
-                Fault::Unavailable(
-                    "Redis answered too slowly: too little of the lease was left".into(),
-                )
+                Fault::Unavailable("Redis answered too slowly: too little of the lease was left".into())
             }
             Ok(Acquired::AlreadyDone { record }) => return Ok(Outcome::AlreadyDone { record }),
             Ok(Acquired::Busy { pttl, holder }) => {
                 outage_failures = 0;
                 if now >= wait_until {
                     let message = busy_message(&config.key, pttl, &holder, !config.wait.is_zero());
-                    return Err(Error::Busy {
-                        message,
-                        code: config.busy_exit_code,
-                    });
+                    return Err(Error::Busy { message, code: config.busy_exit_code });
                 }
                 let retry_in = pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
                     + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50));
@@ -93,7 +96,7 @@ pub async fn acquire(
                             releases = None;
                         }
                     }
-                    sig = signals.recv() => return Err(Error::interrupted(sig)),
+                    sig = signals.recv_before_start() => return Err(Error::interrupted(sig)),
                 }
                 continue;
             }
@@ -104,24 +107,29 @@ pub async fn acquire(
             return Err(fault.into_error("taking the lock"));
         };
         outage_failures += 1;
-        let delay = full_jitter(
-            Duration::from_millis(50),
-            outage_failures,
-            Duration::from_secs(1),
-        );
+        let delay = full_jitter(Duration::from_millis(50), outage_failures, Duration::from_secs(1));
         if now + delay >= outage_until {
+            // A request that timed out may still have taken the lock.
+            abandon(lock).await;
             if config.fail_open {
                 return Ok(Outcome::Unlocked { reason: msg });
             }
-            return Err(Fault::Unavailable(msg)
-                .into_error(&format!("cannot reach Redis at {}", lock.target())));
+            return Err(
+                Fault::Unavailable(msg).into_error(&format!("cannot reach Redis at {}", lock.target()))
+            );
         }
         tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");
         tokio::select! {
             () = sleep(delay) => {}
-            sig = signals.recv() => return Err(Error::interrupted(sig)),
+            sig = signals.recv_before_start() => return Err(Error::interrupted(sig)),
         }
     }
+}
+
+/// Best-effort, bounded compare-and-delete after giving up on an attempt whose outcome is
+/// unknown. On the same connection it is processed after the abandoned request.
+async fn abandon(lock: &mut Lock) {
+    let _ = tokio::time::timeout(ABANDON_LIMIT, lock.release(Duration::ZERO, false)).await;
 }
 
 /// Resolves when a release is announced (`true`) or the subscription ends (`false`); never
@@ -145,13 +153,10 @@ fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool)
             "it expires in {} unless renewed",
             humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
         ),
-        None => "the key has NO expiry and will never go away by itself; delete it if its holder is gone".to_owned(),
+        None => "the key has NO expiry and will never go away by itself; delete it if its holder is gone"
+            .to_owned(),
     };
-    let state = if waited {
-        "still busy at the end of --wait"
-    } else {
-        "busy"
-    };
+    let state = if waited { "still busy at the end of --wait" } else { "busy" };
     format!("lock {} is {state}: held by {who}; {left}", show_key(key))
 }
 
@@ -159,8 +164,7 @@ fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool)
 pub fn unix_ms_text(ms: &str) -> String {
     ms.parse::<u64>()
         .map(|ms| {
-            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms))
-                .to_string()
+            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
         })
         .unwrap_or_else(|_| ms.to_owned())
 }

@@ -47,17 +47,13 @@ impl Child {
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
         let (program, args) = argv.split_first().expect("clap requires a command");
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
+        cmd.args(args).stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
         for (name, _) in std::env::vars_os() {
             if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_")) {
                 cmd.env_remove(name);
             }
         }
-        cmd.env("REDLOCK_KEY", &env.key)
-            .env("REDLOCK_TTL_MS", env.ttl_ms.to_string());
+        cmd.env("REDLOCK_KEY", &env.key).env("REDLOCK_TTL_MS", env.ttl_ms.to_string());
         if let (Some(token), Some(fence)) = (&env.token, &env.fence) {
             cmd.env("REDLOCK_TOKEN", token).env("REDLOCK_FENCE", fence);
         }
@@ -65,20 +61,20 @@ impl Child {
         let foreground = sys::foreground_terminal();
         sys::prepare_child(&mut cmd, foreground);
         sys::become_subreaper();
-        let child = cmd.spawn().map_err(|e| spawn_error(program, &e))?;
+        let child = cmd.spawn().map_err(|e| {
+            if foreground {
+                // The child may have taken the terminal before its exec failed.
+                sys::give_terminal_to(nix::unistd::getpgrp());
+            }
+            spawn_error(program, &e)
+        })?;
         let pid = Pid::from_raw(child.id() as i32);
         if foreground {
             // Also done in the child; doing it here too closes the race with a command that
             // touches the terminal before the child's own call.
             sys::give_terminal_to(pid);
         }
-        Ok(Child {
-            pid,
-            foreground,
-            sigchld,
-            exit: None,
-            stopped: None,
-        })
+        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None })
     }
 
     /// Whether the command's group is the terminal's foreground group.
@@ -136,10 +132,24 @@ impl Child {
     /// may continue (the lease may have lapsed meanwhile).
     pub fn suspend_with_command(&self) {
         let own = nix::unistd::getpgrp();
-        sys::give_terminal_to(own);
+        if self.foreground && sys::terminal_group() == Some(self.pid) {
+            sys::give_terminal_to(own);
+        }
         // SIGSTOP rather than SIGTSTP: the kernel discards SIGTSTP in an orphaned process group.
         let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-        sys::give_terminal_to(self.pid);
+        // Continued in the foreground (`fg`): the shell gave the terminal to the wrapper's group.
+        // In the background (`bg`) the terminal stays the shell's.
+        if self.foreground && sys::terminal_group() == Some(own) {
+            sys::give_terminal_to(self.pid);
+        }
+    }
+
+    /// Continues the command's group after a suspension; a stop it reported meanwhile is
+    /// history.
+    pub fn resume_group(&mut self) {
+        self.signal_group(Signal::SIGCONT);
+        self.reap_orphans();
+        self.stopped = None;
     }
 
     /// Whether any process of the command's group is still alive.
@@ -154,7 +164,7 @@ impl Drop for Child {
         if self.exit.is_none() || self.group_alive() {
             self.signal_group(Signal::SIGKILL);
         }
-        if self.foreground {
+        if self.foreground && sys::terminal_group() == Some(self.pid) {
             sys::give_terminal_to(nix::unistd::getpgrp());
         }
     }
@@ -165,9 +175,5 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
         io::ErrorKind::NotFound => status::NOT_FOUND,
         _ => status::NOT_EXECUTABLE,
     };
-    Error::Spawn {
-        command: program.to_string_lossy().into_owned(),
-        reason: e.to_string(),
-        code,
-    }
+    Error::Spawn { command: program.to_string_lossy().into_owned(), reason: e.to_string(), code }
 }

@@ -55,12 +55,7 @@ pub struct Cli {
 
     /// Keep the lock at least this long after acquiring it, even if the command ends sooner
     /// (for cron hosts whose clocks disagree); the wrapper does not wait for it
-    #[arg(
-        long,
-        env = "REDLOCK_MIN_HOLD",
-        value_name = "DUR",
-        help_heading = "Lock"
-    )]
+    #[arg(long, env = "REDLOCK_MIN_HOLD", value_name = "DUR", help_heading = "Lock")]
     pub min_hold: Option<String>,
 
     /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0
@@ -93,21 +88,11 @@ pub struct Cli {
     pub fail_open: bool,
 
     /// Renewal period while the command runs [default: ttl/3]
-    #[arg(
-        long,
-        env = "REDLOCK_RENEW_EVERY",
-        value_name = "DUR",
-        help_heading = "Command supervision"
-    )]
+    #[arg(long, env = "REDLOCK_RENEW_EVERY", value_name = "DUR", help_heading = "Command supervision")]
     pub renew_every: Option<String>,
 
     /// Time between SIGTERM and SIGKILL when the command must stop [default: min(10s, ttl/6)]
-    #[arg(
-        long,
-        env = "REDLOCK_KILL_GRACE",
-        value_name = "DUR",
-        help_heading = "Command supervision"
-    )]
+    #[arg(long, env = "REDLOCK_KILL_GRACE", value_name = "DUR", help_heading = "Command supervision")]
     pub kill_grace: Option<String>,
 
     /// What to do when ownership is lost or can no longer be confirmed
@@ -115,12 +100,7 @@ pub struct Cli {
     pub on_lost: OnLostArg,
 
     /// Stop the command after this long, like timeout(1); exit status 124
-    #[arg(
-        long,
-        env = "REDLOCK_MAX_RUNTIME",
-        value_name = "DUR",
-        help_heading = "Command supervision"
-    )]
+    #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", help_heading = "Command supervision")]
     pub max_runtime: Option<String>,
 
     /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
@@ -128,21 +108,11 @@ pub struct Cli {
     pub redis_url: Option<String>,
 
     /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
-    #[arg(
-        long,
-        env = "REDLOCK_CONNECT_TIMEOUT",
-        value_name = "DUR",
-        help_heading = "Redis connection"
-    )]
+    #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
     pub connect_timeout: Option<String>,
 
     /// Bound on each Redis request [default: from the lease, at most 2s]
-    #[arg(
-        long,
-        env = "REDLOCK_COMMAND_TIMEOUT",
-        value_name = "DUR",
-        help_heading = "Redis connection"
-    )]
+    #[arg(long, env = "REDLOCK_COMMAND_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
     pub command_timeout: Option<String>,
 
     /// More diagnostics on stderr (-v: info, -vv: debug)

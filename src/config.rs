@@ -92,11 +92,7 @@ impl Config {
                 None
             }
         };
-        let max_runtime = cli
-            .max_runtime
-            .as_deref()
-            .map(|s| duration("--max-runtime", s))
-            .transpose()?;
+        let max_runtime = cli.max_runtime.as_deref().map(|s| duration("--max-runtime", s)).transpose()?;
 
         let room = ttl.saturating_sub(drift(ttl));
         if renew_every + kill_grace >= room {
@@ -201,9 +197,14 @@ fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
 }
 
 fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
-    humantime::parse_duration(value.trim()).map_err(|e| {
-        usage(format!(
-            "{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"
-        ))
-    })
+    let d = humantime::parse_duration(value.trim()).map_err(|e| {
+        usage(format!("{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"))
+    })?;
+    if d > MAX_DURATION {
+        return Err(usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts")));
+    }
+    Ok(d)
 }
+
+/// No duration is longer: keeps every deadline computed from one far from clock overflow.
+const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);

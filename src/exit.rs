@@ -34,11 +34,7 @@ pub enum Error {
     #[error("{message}")]
     Busy { message: String, code: u8 },
     #[error("cannot run {command}: {reason}")]
-    Spawn {
-        command: String,
-        reason: String,
-        code: u8,
-    },
+    Spawn { command: String, reason: String, code: u8 },
     /// A signal arrived before the command was started.
     #[error("interrupted by signal {name} before the command started")]
     Interrupted { name: &'static str, signal: i32 },
@@ -49,10 +45,7 @@ pub enum Error {
 impl Error {
     /// A signal arrived before the command was started.
     pub fn interrupted(sig: nix::sys::signal::Signal) -> Self {
-        Error::Interrupted {
-            name: sig.as_str(),
-            signal: sig as i32,
-        }
+        Error::Interrupted { name: sig.as_str(), signal: sig as i32 }
     }
 
     pub fn code(&self) -> u8 {

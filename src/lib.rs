@@ -27,11 +27,7 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::status::USAGE
-            } else {
-                0
-            });
+            return ExitCode::from(if e.use_stderr() { exit::status::USAGE } else { 0 });
         }
     };
     let config = match config::Config::from_cli(cli) {
@@ -42,10 +38,7 @@ pub fn main() -> ExitCode {
         }
     };
     let _log = logging::init(config.verbosity);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return report(exit::Error::Internal(e.into())),
     };

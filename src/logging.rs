@@ -2,11 +2,13 @@
 //!
 //! Lines are handed to a writer thread through a bounded queue and dropped when it is full, so
 //! that a stderr nobody reads (a full pipe) can never block the watchdog. (tracing-appender's
-//! non-blocking writer would do, but on a stuck stderr its shutdown prints to stdout.)
+//! non-blocking writer would do, but on a stuck stderr its shutdown prints to stdout.) The thread
+//! starts with the first line: a quiet, successful run never pays for it.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{Event, Level, Subscriber};
@@ -29,21 +31,15 @@ pub fn init(verbosity: Verbosity) -> Guard {
         Verbosity::Info => Level::INFO,
         Verbosity::Debug => Level::DEBUG,
     };
-    let (tx, rx) = mpsc::sync_channel(QUEUE);
-    let spawned = std::thread::Builder::new()
-        .name("stderr".into())
-        .spawn(move || write_lines(rx));
-    let installed = spawned.is_ok()
-        && tracing_subscriber::fmt()
-            .with_writer(Queue(tx.clone()))
-            .with_max_level(level)
-            .with_ansi(false)
-            .event_format(Text)
-            .try_init()
-            .is_ok();
-    Guard {
-        tx: installed.then_some(tx),
-    }
+    let queue = Queue(Arc::new(OnceLock::new()));
+    let installed = tracing_subscriber::fmt()
+        .with_writer(queue.clone())
+        .with_max_level(level)
+        .with_ansi(false)
+        .event_format(Text)
+        .try_init()
+        .is_ok();
+    Guard { queue: installed.then_some(queue) }
 }
 
 enum Msg {
@@ -52,14 +48,15 @@ enum Msg {
 }
 
 fn write_lines(rx: Receiver<Msg>) {
-    let mut stderr = io::stderr().lock();
+    // stderr is locked per line, never for the life of the thread: a write stuck on a full pipe
+    // must not hold a lock that anything else could wait for.
     for msg in rx {
         match msg {
             Msg::Line(line) => {
-                let _ = stderr.write_all(&line);
+                let _ = io::stderr().write_all(&line);
             }
             Msg::Flush(done) => {
-                let _ = stderr.flush();
+                let _ = io::stderr().flush();
                 let _ = done.send(());
             }
         }
@@ -67,12 +64,12 @@ fn write_lines(rx: Receiver<Msg>) {
 }
 
 pub struct Guard {
-    tx: Option<SyncSender<Msg>>,
+    queue: Option<Queue>,
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let Some(tx) = self.tx.take() else { return };
+        let Some(Some(tx)) = self.queue.as_ref().map(|q| q.0.get()) else { return };
         let give_up = Instant::now() + FLUSH_LIMIT;
         let (done_tx, done) = mpsc::sync_channel(1);
         let mut msg = Msg::Flush(done_tx);
@@ -90,9 +87,24 @@ impl Drop for Guard {
     }
 }
 
-/// Hands each formatted event to the writer thread, or drops it when the queue is full.
+/// Hands each formatted event to the writer thread (started on first use), or drops it when
+/// the queue is full.
 #[derive(Clone)]
-struct Queue(SyncSender<Msg>);
+struct Queue(Arc<OnceLock<SyncSender<Msg>>>);
+
+impl Queue {
+    fn sender(&self) -> SyncSender<Msg> {
+        self.0
+            .get_or_init(|| {
+                let (tx, rx) = mpsc::sync_channel(QUEUE);
+                // Without the thread, the receiver is dropped and lines are lost rather than
+                // blocking anything.
+                let _ = std::thread::Builder::new().name("stderr".into()).spawn(move || write_lines(rx));
+                tx
+            })
+            .clone()
+    }
+}
 
 struct Line {
     buf: Vec<u8>,
@@ -103,10 +115,7 @@ impl<'a> MakeWriter<'a> for Queue {
     type Writer = Line;
 
     fn make_writer(&'a self) -> Line {
-        Line {
-            buf: Vec::with_capacity(160),
-            tx: self.0.clone(),
-        }
+        Line { buf: Vec::with_capacity(160), tx: self.sender() }
     }
 }
 

@@ -23,11 +23,7 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
-    let conn = Conn::new(
-        &config.redis_url,
-        config.connect_timeout,
-        config.command_timeout,
-    )?;
+    let conn = Conn::new(&config.redis_url, config.connect_timeout, config.command_timeout)?;
     let mut lock = Lock::new(conn, &config.key, config.ttl, config.idempotency.as_ref())
         .map_err(|f| f.into_error("preparing the lock"))?;
 
@@ -64,10 +60,7 @@ pub async fn run(config: Config) -> Result<u8, Error> {
     };
 
     let (renewer, mut events) = Renewer::start(lock, lease, acquired, config.renew_every);
-    let held = Held {
-        lease,
-        events: &mut events,
-    };
+    let held = Held { lease, events: &mut events };
     let ended = supervise(&mut child, Some(held), &mut signals, &config, acquired).await;
     let mut lock = renewer.stop().await;
     // Dropping the child kills anything left of its group and hands the terminal back.
@@ -109,10 +102,7 @@ async fn release(lock: &mut Lock, keep: Duration, succeeded: bool) {
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
             Ok(Ok(Released::Deleted)) => return tracing::info!("released"),
             Ok(Ok(Released::Kept)) => {
-                return tracing::info!(
-                    keep_ms = keep.as_millis() as u64,
-                    "kept for the rest of --min-hold"
-                );
+                return tracing::info!(keep_ms = keep.as_millis() as u64, "kept for the rest of --min-hold");
             }
             Ok(Ok(Released::NotOurs)) => {
                 return tracing::warn!(
@@ -121,12 +111,7 @@ async fn release(lock: &mut Lock, keep: Duration, succeeded: bool) {
             }
             Ok(Err(Fault::Unavailable(msg))) if attempt < RELEASE_TRIES => {
                 tracing::debug!("release failed, retrying: {msg}");
-                sleep(full_jitter(
-                    Duration::from_millis(50),
-                    attempt,
-                    Duration::from_secs(1),
-                ))
-                .await;
+                sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;
             }
             Ok(Err(fault)) => {
                 return tracing::warn!(
@@ -141,11 +126,8 @@ async fn release(lock: &mut Lock, keep: Duration, succeeded: bool) {
 
 /// "a run with --idempotency-key ID already succeeded on HOST at TIME".
 fn already_done(config: &Config, record: &[u8]) -> String {
-    let id = config
-        .idempotency
-        .as_ref()
-        .map(|i| String::from_utf8_lossy(&i.id).into_owned())
-        .unwrap_or_default();
+    let id =
+        config.idempotency.as_ref().map(|i| String::from_utf8_lossy(&i.id).into_owned()).unwrap_or_default();
     let record = String::from_utf8_lossy(record);
     match record.split(' ').collect::<Vec<_>>()[..] {
         [host, pid, at] => format!(

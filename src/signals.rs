@@ -9,8 +9,10 @@ pub struct Signals {
     streams: Vec<(Signal, Stream)>,
 }
 
-/// Signals forwarded to the command's process group.
-const FORWARDED: [Signal; 7] = [
+/// Signals the wrapper handles: those forwarded to the command's process group, and the job
+/// control ones (TSTP suspends the command with the wrapper; TTIN/TTOU must never stop the
+/// wrapper alone, which would let the lease lapse under a running command).
+const HANDLED: [Signal; 10] = [
     Signal::SIGTERM,
     Signal::SIGINT,
     Signal::SIGHUP,
@@ -18,11 +20,14 @@ const FORWARDED: [Signal; 7] = [
     Signal::SIGUSR1,
     Signal::SIGUSR2,
     Signal::SIGWINCH,
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
 ];
 
 impl Signals {
     pub fn install() -> std::io::Result<Self> {
-        let streams = FORWARDED
+        let streams = HANDLED
             .iter()
             .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
             .collect::<std::io::Result<_>>()?;
@@ -40,6 +45,23 @@ impl Signals {
             std::task::Poll::Pending
         })
         .await
+    }
+}
+
+impl Signals {
+    /// The next signal that ends a run before its command has started: those whose default
+    /// action would have ended the wrapper. WINCH, TTIN and TTOU are ignored; TSTP suspends the
+    /// wrapper (nothing runs under it yet) until it is continued.
+    pub async fn recv_before_start(&mut self) -> Signal {
+        loop {
+            match self.recv().await {
+                Signal::SIGWINCH | Signal::SIGTTIN | Signal::SIGTTOU => {}
+                Signal::SIGTSTP => {
+                    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+                }
+                sig => return sig,
+            }
+        }
     }
 }
 

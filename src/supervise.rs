@@ -45,6 +45,9 @@ pub struct Held<'a> {
 
 /// Runs until the command has exited and every other process of its group is gone. `held` is
 /// `None` for a run without a lock (`--fail-open`).
+///
+/// Processes the command leaves behind in its group (background jobs) get SIGTERM when it
+/// exits, then SIGKILL after `--kill-grace` — and, like the command, never outlive the lease.
 pub async fn supervise(
     child: &mut Child,
     held: Option<Held<'_>>,
@@ -52,25 +55,26 @@ pub async fn supervise(
     config: &Config,
     started: Instant,
 ) -> Ended {
-    let mut stop = Stopper {
-        child,
-        grace: config.kill_grace,
-        reason: None,
-        termed_at: None,
-        killed: false,
-    };
-    let mut watch = held.map(|h| LeaseWatch {
-        lease: h.lease,
-        events: h.events,
-        gone: false,
-        open: true,
-    });
-    let max_runtime_at = config.max_runtime.map(|d| started + d);
+    let mut stop = Stopper { child, grace: config.kill_grace, reason: None, termed_at: None, killed: false };
+    let mut watch = held.map(|h| LeaseWatch { lease: h.lease, events: h.events, gone: false, open: true });
+    let max_runtime_at = config.max_runtime.and_then(|d| started.checked_add(d));
+    // The command's own status, once it has exited.
+    let mut exited: Option<u8> = None;
 
     let command_code = loop {
         let now = Instant::now();
         if let Some(w) = watch.as_mut() {
+            // Reports already queued come first: a stale lease must not trigger a stop.
+            while let Ok(event) = w.events.try_recv() {
+                w.handle(Some(event), config.on_lost);
+            }
             w.enforce(now, config.on_lost, &mut stop);
+        }
+        if let Some(code) = exited {
+            stop.child.reap_orphans();
+            if !stop.child.group_alive() {
+                break code;
+            }
         }
         if let Some(at) = max_runtime_at
             && now >= at
@@ -98,19 +102,24 @@ pub async fn supervise(
         if let (Some(t), false) = (stop.termed_at, stop.killed) {
             wake = wake.min(t + stop.grace);
         }
+        if exited.is_some() {
+            // Leftovers need not be our children, so their end may come without SIGCHLD.
+            wake = wake.min(now + LEFTOVER_POLL);
+        }
 
         tokio::select! {
             biased;
-            event = stop.child.wait() => match event {
-                ChildEvent::Exited(code) => break code,
+            event = stop.child.wait(), if exited.is_none() => match event {
+                ChildEvent::Exited(code) => {
+                    exited = Some(code);
+                    if stop.child.group_alive() {
+                        tracing::info!("the command exited but left processes in its group; stopping them");
+                        stop.term_leftovers(Instant::now());
+                    }
+                }
                 ChildEvent::Stopped(sig) => {
                     tracing::info!("the command was suspended ({sig}); suspending the wrapper too");
-                    stop.child.suspend_with_command();
-                    let lapsed = watch.as_ref().is_some_and(|w| w.lease.expired(Instant::now()));
-                    if !(lapsed && config.on_lost == OnLost::Terminate) {
-                        stop.child.signal_group(Signal::SIGCONT);
-                    }
-                    // Otherwise the top of the loop kills the group, stopped or not.
+                    suspend(&mut stop, watch.as_ref(), config.on_lost);
                 }
             },
             event = next_event(&mut watch) => {
@@ -118,24 +127,40 @@ pub async fn supervise(
                     w.handle(event, config.on_lost);
                 }
             }
-            sig = signals.recv() => stop.on_signal(sig),
+            sig = signals.recv() => match sig {
+                Signal::SIGTTIN | Signal::SIGTTOU => {}
+                Signal::SIGTSTP => {
+                    tracing::info!("suspending the command and the wrapper (SIGTSTP)");
+                    stop.child.signal_group(Signal::SIGTSTP);
+                    suspend(&mut stop, watch.as_ref(), config.on_lost);
+                }
+                sig => stop.on_signal(sig),
+            },
             () = sleep_until(wake) => {}
         }
     };
-
-    finish_group(stop.child, stop.grace).await;
 
     let code = match stop.reason {
         Some(StopReason::LeaseLost) => status::LEASE_LOST,
         Some(StopReason::MaxRuntime) => status::MAX_RUNTIME,
         Some(StopReason::Signal(_)) | None => command_code,
     };
-    Ended {
-        code,
-        command_code,
-        stopped: stop.reason,
+    Ended { code, command_code, stopped: stop.reason }
+}
+
+/// Job control: the wrapper stops itself along with the command, so the shell regains control.
+/// Nothing renews the lock meanwhile: on resume the command continues only if the lease has
+/// not lapsed; otherwise the top of the loop kills the group, stopped or not.
+fn suspend(stop: &mut Stopper<'_>, watch: Option<&LeaseWatch<'_>>, on_lost: OnLost) {
+    stop.child.suspend_with_command();
+    let lapsed = watch.is_some_and(|w| w.lease.expired(Instant::now()));
+    if !(lapsed && on_lost == OnLost::Terminate) {
+        stop.child.resume_group();
     }
 }
+
+/// How often the group is checked for leftovers after the command itself has exited.
+const LEFTOVER_POLL: Duration = Duration::from_millis(10);
 
 /// Signals the command's group on the way to stopping it, once per step.
 struct Stopper<'c> {
@@ -151,6 +176,15 @@ struct Stopper<'c> {
 impl Stopper<'_> {
     fn term(&mut self, reason: StopReason, now: Instant) {
         self.reason.get_or_insert(reason);
+        if self.termed_at.is_none() {
+            self.termed_at = Some(now);
+            self.child.signal_group(Signal::SIGTERM);
+        }
+    }
+
+    /// SIGTERM to what the command left behind; no reason to stop is recorded, as the command
+    /// itself ended on its own.
+    fn term_leftovers(&mut self, now: Instant) {
         if self.termed_at.is_none() {
             self.termed_at = Some(now);
             self.child.signal_group(Signal::SIGTERM);
@@ -197,10 +231,7 @@ impl LeaseWatch<'_> {
     fn enforce(&mut self, now: Instant, on_lost: OnLost, stop: &mut Stopper<'_>) {
         if self.lease.expired(now) && !self.gone {
             self.gone = true;
-            lease_lost(
-                on_lost,
-                "the lease deadline passed without a confirmed renewal",
-            );
+            lease_lost(on_lost, "the lease deadline passed without a confirmed renewal");
         }
         if on_lost == OnLost::Ignore {
             return;
@@ -242,10 +273,7 @@ impl LeaseWatch<'_> {
             Some(LeaseEvent::Renewed(lease)) if !self.gone => self.lease = lease,
             Some(LeaseEvent::Renewed(_) | LeaseEvent::Expired) => {}
             Some(LeaseEvent::Failing { error, left }) => {
-                tracing::warn!(
-                    left_ms = left.as_millis() as u64,
-                    "renewal failing, retrying: {error}"
-                )
+                tracing::warn!(left_ms = left.as_millis() as u64, "renewal failing, retrying: {error}")
             }
             Some(LeaseEvent::Lost) => {
                 if !self.gone {
@@ -273,30 +301,7 @@ fn lease_lost(on_lost: OnLost, why: &str) {
     match on_lost {
         OnLost::Terminate => tracing::error!("lock lost: {why}; stopping the command"),
         OnLost::Ignore => {
-            tracing::error!(
-                "lock lost: {why}; the command keeps running WITHOUT the lock (--on-lost ignore)"
-            )
+            tracing::error!("lock lost: {why}; the command keeps running WITHOUT the lock (--on-lost ignore)")
         }
-    }
-}
-
-/// After the command itself has exited, stops what is left of its process group (background
-/// jobs it started): SIGTERM, then SIGKILL after `grace`, and waits (bounded) until it is gone.
-async fn finish_group(child: &mut Child, grace: Duration) {
-    if !child.group_alive() {
-        return;
-    }
-    tracing::info!("the command exited but left processes in its group; stopping them");
-    child.signal_group(Signal::SIGTERM);
-    let kill_at = Instant::now() + grace;
-    let give_up = kill_at + Duration::from_secs(1);
-    let mut killed = false;
-    while child.group_alive() && Instant::now() < give_up {
-        if !killed && Instant::now() >= kill_at {
-            child.signal_group(Signal::SIGKILL);
-            killed = true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        child.reap_orphans();
     }
 }

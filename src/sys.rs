@@ -14,6 +14,11 @@ pub fn foreground_terminal() -> bool {
     io::stdin().is_terminal() && tcgetpgrp(stdin).is_ok_and(|pg| pg == getpgrp())
 }
 
+/// The foreground process group of the terminal on stdin, if there is one.
+pub fn terminal_group() -> Option<Pid> {
+    tcgetpgrp(stdin_fd()).ok()
+}
+
 /// Makes `pgid` the foreground process group of the terminal on stdin. SIGTTOU is blocked for
 /// the call because a background group (as the wrapper is, once it has handed the terminal to
 /// the command) may not otherwise change it.
@@ -55,9 +60,8 @@ pub fn prepare_child(cmd: &mut Command, foreground: bool) {
             nix::sys::prctl::set_pdeathsig(Some(Signal::SIGKILL)).map_err(io::Error::from)?;
             if getppid() != parent {
                 // The wrapper died before the line above took effect.
-                return Err(io::Error::other(
-                    "the wrapper exited before the command started",
-                ));
+                // (No allocation here: this runs between fork and exec.)
+                return Err(io::Error::from(nix::errno::Errno::ESRCH));
             }
             if foreground {
                 give_terminal_to(nix::unistd::getpid());

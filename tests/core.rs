@@ -16,33 +16,40 @@ fn twenty_wrappers_at_once_exactly_one_runs() {
     let redis = RedisServer::start();
     let dir = tmp();
     let marker = file(&dir, "ran");
-    let children: Vec<_> = (0..20)
+    let release = file(&dir, "release");
+    // The winner holds the lock until the test has seen the 19 others give up.
+    let mut children: Vec<_> = (0..20)
         .map(|_| {
             redlock(&redis)
                 .args(["--key", "lock:twenty", "--"])
-                .args(["sh", "-c", "echo x >> \"$1\"; sleep 1", "sh"])
+                .args(["sh", "-c", "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.01; done", "sh"])
                 .arg(&marker)
+                .arg(&release)
                 .stdout(Stdio::null())
-                .stderr(Stdio::piped())
+                .stderr(Stdio::null())
                 .spawn()
                 .expect("spawn")
         })
         .collect();
-    let mut codes: Vec<i32> = children
-        .into_iter()
-        .map(|c| wait_output(c, LIMIT).status.code().expect("exit code"))
-        .collect();
-    codes.sort();
-    assert_eq!(
-        codes.iter().filter(|&&c| c == 0).count(),
-        1,
-        "exactly one ran: {codes:?}"
-    );
-    assert_eq!(
-        codes.iter().filter(|&&c| c == 75).count(),
-        19,
-        "the others were busy: {codes:?}"
-    );
+    let mut codes = vec![None; children.len()];
+    let settled = wait_until(Duration::from_secs(20), || {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                *code = c.try_wait().unwrap().map(|s| s.code().expect("exit code"));
+            }
+        }
+        codes.iter().filter(|c| c.is_some()).count() == 19
+    });
+    std::fs::write(&release, "").unwrap();
+    for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+        if code.is_none() {
+            *code = wait_bounded(c, LIMIT).code();
+        }
+    }
+    assert!(settled, "19 wrappers gave up while one held the lock: {codes:?}");
+    let codes: Vec<i32> = codes.into_iter().map(|c| c.unwrap()).collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "exactly one ran: {codes:?}");
+    assert_eq!(codes.iter().filter(|&&c| c == 75).count(), 19, "the others were busy: {codes:?}");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
     assert!(!redis.exists(b"lock:twenty"), "released afterwards");
 }
@@ -50,28 +57,16 @@ fn twenty_wrappers_at_once_exactly_one_runs() {
 #[test]
 fn busy_exit_code_is_configurable() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis)
-        .args(["-k", "lock:busy", "--", "sleep", "2"])
-        .spawn()
-        .expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:busy", "--", "sleep", "2"]).spawn().expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:busy")));
-    let busy = run(
-        redlock(&redis).args(["-k", "lock:busy", "--busy-exit-code", "3", "--", "true"]),
-        LIMIT,
-    );
+    let busy = run(redlock(&redis).args(["-k", "lock:busy", "--busy-exit-code", "3", "--", "true"]), LIMIT);
     assert_eq!(busy.code, 3, "{}", busy.stderr);
     assert!(busy.stderr.contains("busy"), "says why: {}", busy.stderr);
     let env_busy = run(
-        redlock(&redis)
-            .env("REDLOCK_BUSY_EXIT_CODE", "9")
-            .args(["-k", "lock:busy", "--", "true"]),
+        redlock(&redis).env("REDLOCK_BUSY_EXIT_CODE", "9").args(["-k", "lock:busy", "--", "true"]),
         LIMIT,
     );
-    assert_eq!(
-        env_busy.code, 9,
-        "the environment variable works too: {}",
-        env_busy.stderr
-    );
+    assert_eq!(env_busy.code, 9, "the environment variable works too: {}", env_busy.stderr);
     assert!(wait_bounded(&mut holder, LIMIT).success());
 }
 
@@ -87,36 +82,21 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
         ("kill -KILL $$", 137),
         ("kill -USR1 $$", 138),
     ] {
-        let r = run(
-            redlock(&redis).args(["-k", "lock:status", "--", "sh", "-c", script]),
-            LIMIT,
-        );
+        let r = run(redlock(&redis).args(["-k", "lock:status", "--", "sh", "-c", script]), LIMIT);
         assert_eq!(r.code, expected, "`{script}`: {}", r.stderr);
         assert!(!redis.exists(b"lock:status"), "released after `{script}`");
     }
 
-    let missing = run(
-        redlock(&redis).args(["-k", "lock:status", "--", "/nonexistent/command"]),
-        LIMIT,
-    );
+    let missing = run(redlock(&redis).args(["-k", "lock:status", "--", "/nonexistent/command"]), LIMIT);
     assert_eq!(missing.code, 127, "{}", missing.stderr);
-    assert!(
-        missing.stderr.contains("/nonexistent/command"),
-        "{}",
-        missing.stderr
-    );
+    assert!(missing.stderr.contains("/nonexistent/command"), "{}", missing.stderr);
     assert!(!redis.exists(b"lock:status"));
 
     let dir = tmp();
     let plain = file(&dir, "not-executable");
     std::fs::write(&plain, "#!/bin/sh\necho hi\n").unwrap();
     std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let not_exec = run(
-        redlock(&redis)
-            .args(["-k", "lock:status", "--"])
-            .arg(&plain),
-        LIMIT,
-    );
+    let not_exec = run(redlock(&redis).args(["-k", "lock:status", "--"]).arg(&plain), LIMIT);
     assert_eq!(not_exec.code, 126, "{}", not_exec.stderr);
     assert!(!redis.exists(b"lock:status"));
 }
@@ -124,54 +104,32 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
 #[test]
 fn a_value_changed_by_someone_else_is_left_intact() {
     let redis = RedisServer::start();
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:changed", "--", "sleep", "1"])
-        .spawn()
-        .expect("spawn");
+    let mut wrapper =
+        redlock(&redis).args(["-k", "lock:changed", "--", "sleep", "1"]).spawn().expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:changed")));
     redis.cmd::<()>(&[b"SET", b"lock:changed", b"someone-else"]);
-    wait_bounded(&mut wrapper, LIMIT);
-    assert_eq!(
-        redis.get(b"lock:changed").as_deref(),
-        Some(&b"someone-else"[..])
-    );
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(0), "too short a run to notice at renewal");
+    assert_eq!(redis.get(b"lock:changed").as_deref(), Some(&b"someone-else"[..]));
 }
 
 fn fence_of_one_run(redis: &RedisServer) -> u64 {
-    let r = run(
-        redlock(redis).args(["-k", "lock:fence", "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
-        LIMIT,
-    );
+    let r = run(redlock(redis).args(["-k", "lock:fence", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    String::from_utf8(r.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .expect("REDLOCK_FENCE is a number")
+    String::from_utf8(r.stdout).unwrap().trim().parse().expect("REDLOCK_FENCE is a number")
 }
 
 #[test]
 fn fence_strictly_increases_even_across_data_loss() {
     let mut redis = RedisServer::start();
-    let mut fences = vec![
-        fence_of_one_run(&redis),
-        fence_of_one_run(&redis),
-        fence_of_one_run(&redis),
-    ];
+    let mut fences = vec![fence_of_one_run(&redis), fence_of_one_run(&redis), fence_of_one_run(&redis)];
     redis.cmd::<i64>(&[b"DEL", b"{lock:fence}:fence"]);
     fences.push(fence_of_one_run(&redis));
     redis.restart_empty();
     fences.push(fence_of_one_run(&redis));
     fences.push(fence_of_one_run(&redis));
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "strictly increasing: {fences:?}"
-    );
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "strictly increasing: {fences:?}");
     let ttl: i64 = redis.cmd(&[b"PTTL", b"{lock:fence}:fence"]);
-    assert!(
-        ttl > 0,
-        "the fence counter expires instead of living forever (PTTL {ttl})"
-    );
+    assert!(ttl > 0, "the fence counter expires instead of living forever (PTTL {ttl})");
 }
 
 #[test]
@@ -180,57 +138,32 @@ fn bad_input_is_a_usage_error_naming_the_problem() {
     let cases: &[(&[&str], i32, &str)] = &[
         (&["-k", "k", "--ttl", "30x", "--", "true"], 64, "--ttl"),
         (&["-k", "k", "--ttl", "0", "--", "true"], 64, "--ttl"),
-        (&["-k", "k", "--ttl", "-5s", "--", "true"], 64, ""),
+        (&["-k", "k", "--ttl=-5s", "--", "true"], 64, "--ttl"),
+        (&["-k", "k", "--ttl", "-5s", "--", "true"], 64, "-5"),
+        (&["-k", "k", "--max-runtime", "500000000000y", "--", "true"], 64, "--max-runtime"),
         (&["-k", "", "--", "true"], 64, "--key"),
         (&["-k", "k"], 64, "COMMAND"),
-        (
-            &["-k", "k", "--no-such-flag", "--", "true"],
-            64,
-            "--no-such-flag",
-        ),
+        (&["-k", "k", "--no-such-flag", "--", "true"], 64, "--no-such-flag"),
         (&["--", "true"], 64, "--key"),
-        (
-            &["-k", "k", "--busy-exit-code", "300", "--", "true"],
-            64,
-            "--busy-exit-code",
-        ),
-        (
-            &["-k", "k", "--redis-url", "foo://bar", "--", "true"],
-            78,
-            "--redis-url",
-        ),
-        (
-            &["-k", "k", "--redis-url", "redis://[::1", "--", "true"],
-            78,
-            "--redis-url",
-        ),
+        (&["-k", "k", "--busy-exit-code", "300", "--", "true"], 64, "--busy-exit-code"),
+        (&["-k", "k", "--redis-url", "foo://bar", "--", "true"], 78, "--redis-url"),
+        (&["-k", "k", "--redis-url", "redis://[::1", "--", "true"], 78, "--redis-url"),
     ];
     let dir = tmp();
     let marker = file(&dir, "ran");
     for (args, code, mention) in cases {
-        let mut cmd = if args.contains(&"--redis-url") {
-            std::process::Command::new(BIN)
-        } else {
-            redlock(&redis)
-        };
+        let mut cmd =
+            if args.contains(&"--redis-url") { std::process::Command::new(BIN) } else { redlock(&redis) };
         cmd.args(*args);
         // Make sure a wrongly accepted invocation would be noticed.
         cmd.env("MARKER", &marker);
         let r = run(&mut cmd, LIMIT);
         assert_eq!(r.code, *code, "{args:?}: {}", r.stderr);
-        assert!(
-            r.stderr.contains(mention),
-            "{args:?} should mention {mention}: {}",
-            r.stderr
-        );
+        assert!(r.stderr.contains(mention), "{args:?} should mention {mention}: {}", r.stderr);
         assert!(r.stdout.is_empty(), "nothing on stdout");
     }
     assert!(!marker.exists());
-    assert_eq!(
-        redis.cmd::<i64>(&[b"DBSIZE"]),
-        0,
-        "nothing written to Redis"
-    );
+    assert_eq!(redis.cmd::<i64>(&[b"DBSIZE"]), 0, "nothing written to Redis");
 }
 
 #[test]
@@ -239,23 +172,11 @@ fn nothing_listening_fails_closed_quickly() {
     let marker = file(&dir, "ran");
     let port = free_port();
     let mut cmd = std::process::Command::new(BIN);
-    cmd.args([
-        "-k",
-        "k",
-        "--redis-url",
-        &format!("redis://127.0.0.1:{port}"),
-        "--",
-        "touch",
-    ])
-    .arg(&marker);
+    cmd.args(["-k", "k", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--", "touch"]).arg(&marker);
     let r = run(&mut cmd, LIMIT);
     assert_eq!(r.code, 69, "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(3), "took {:?}", r.elapsed);
-    assert!(
-        r.stderr.contains(&port.to_string()),
-        "names the target: {}",
-        r.stderr
-    );
+    assert!(r.stderr.contains(&port.to_string()), "names the target: {}", r.stderr);
     assert!(!marker.exists(), "the command did not run");
 }
 
@@ -263,10 +184,7 @@ fn nothing_listening_fails_closed_quickly() {
 fn a_key_of_another_type_is_reported_and_untouched() {
     let redis = RedisServer::start();
     redis.cmd::<i64>(&[b"HSET", b"lock:hash", b"field", b"value"]);
-    let r = run(
-        redlock(&redis).args(["-k", "lock:hash", "--", "true"]),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-k", "lock:hash", "--", "true"]), LIMIT);
     assert_eq!(r.code, 65, "{}", r.stderr);
     assert!(r.stderr.contains("hash"), "{}", r.stderr);
     let v: Option<String> = redis.cmd(&[b"HGET", b"lock:hash", b"field"]);
@@ -277,10 +195,7 @@ fn a_key_of_another_type_is_reported_and_untouched() {
 fn a_key_without_expiry_is_reported_and_untouched() {
     let redis = RedisServer::start();
     redis.cmd::<()>(&[b"SET", b"lock:forever", b"foreign"]);
-    let r = run(
-        redlock(&redis).args(["-k", "lock:forever", "--", "true"]),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-k", "lock:forever", "--", "true"]), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
     assert!(r.stderr.contains("NO expiry"), "{}", r.stderr);
     assert_eq!(redis.get(b"lock:forever").as_deref(), Some(&b"foreign"[..]));
@@ -290,29 +205,13 @@ fn a_key_without_expiry_is_reported_and_untouched() {
 fn stdout_is_the_commands_byte_for_byte() {
     let redis = RedisServer::start();
     let dir = tmp();
-    let data: Vec<u8> = (0..200_000u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     let input = file(&dir, "data");
     std::fs::write(&input, &data).unwrap();
-    let r = run(
-        redlock(&redis)
-            .args(["-v", "-k", "lock:stdout", "--", "cat"])
-            .arg(&input),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-v", "-k", "lock:stdout", "--", "cat"]).arg(&input), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stdout == data,
-        "stdout differs ({} bytes vs {})",
-        r.stdout.len(),
-        data.len()
-    );
-    assert!(
-        r.stderr.contains("acquired"),
-        "diagnostics go to stderr: {}",
-        r.stderr
-    );
+    assert!(r.stdout == data, "stdout differs ({} bytes vs {})", r.stdout.len(), data.len());
+    assert!(r.stderr.contains("acquired"), "diagnostics go to stderr: {}", r.stderr);
 }
 
 #[test]
@@ -335,35 +234,13 @@ fn the_command_sees_the_lock_and_not_the_wrappers_configuration() {
     let names: Vec<&str> = vars.iter().map(|l| l.split('=').next().unwrap()).collect();
     let mut sorted = names.clone();
     sorted.sort();
-    assert_eq!(
-        sorted,
-        [
-            "REDLOCK_FENCE",
-            "REDLOCK_KEY",
-            "REDLOCK_TOKEN",
-            "REDLOCK_TTL_MS"
-        ],
-        "{env}"
-    );
+    assert_eq!(sorted, ["REDLOCK_FENCE", "REDLOCK_KEY", "REDLOCK_TOKEN", "REDLOCK_TTL_MS"], "{env}");
     assert!(vars.contains(&"REDLOCK_KEY=lock:env"));
-    assert!(
-        vars.contains(&"REDLOCK_TTL_MS=10000"),
-        "the wrapper's REDLOCK_TTL was used: {env}"
-    );
-    assert!(
-        !env.contains(&redis.url()),
-        "the Redis URL is not passed on: {env}"
-    );
+    assert!(vars.contains(&"REDLOCK_TTL_MS=10000"), "the wrapper's REDLOCK_TTL was used: {env}");
+    assert!(!env.contains(&redis.url()), "the Redis URL is not passed on: {env}");
     assert!(env.lines().any(|l| l == "KEEP_ME=yes"));
-    let token = vars
-        .iter()
-        .find_map(|l| l.strip_prefix("REDLOCK_TOKEN="))
-        .unwrap();
-    assert_eq!(
-        token.split(' ').next().unwrap().len(),
-        32,
-        "128-bit token first: {token}"
-    );
+    let token = vars.iter().find_map(|l| l.strip_prefix("REDLOCK_TOKEN=")).unwrap();
+    assert_eq!(token.split(' ').next().unwrap().len(), 32, "128-bit token first: {token}");
 }
 
 #[test]
@@ -374,12 +251,7 @@ fn the_key_is_used_verbatim_as_bytes() {
         redlock(&redis)
             .arg("--key")
             .arg(key)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                "redis-cli -p \"$PORT\" --no-raw exists \"$REDLOCK_KEY\"",
-            ])
+            .args(["--", "sh", "-c", "redis-cli -p \"$PORT\" --no-raw exists \"$REDLOCK_KEY\""])
             .env("PORT", redis.port.to_string()),
         LIMIT,
     );
@@ -395,19 +267,9 @@ fn the_key_is_used_verbatim_as_bytes() {
 #[test]
 fn scripts_are_reloaded_after_script_flush() {
     let redis = RedisServer::start();
-    assert_eq!(
-        run(
-            redlock(&redis).args(["-k", "lock:flush", "--", "true"]),
-            LIMIT
-        )
-        .code,
-        0
-    );
+    assert_eq!(run(redlock(&redis).args(["-k", "lock:flush", "--", "true"]), LIMIT).code, 0);
     redis.cmd::<()>(&[b"SCRIPT", b"FLUSH"]);
-    let r = run(
-        redlock(&redis).args(["-k", "lock:flush", "--", "true"]),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-k", "lock:flush", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!redis.exists(b"lock:flush"));
 }

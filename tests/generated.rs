@@ -42,9 +42,7 @@ fn completions_and_man_page_match_the_cli() {
         stale.extend(check(file, &out));
     }
     let mut man = Vec::new();
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut man)
-        .unwrap();
+    clap_mangen::Man::new(Cli::command()).render(&mut man).unwrap();
     stale.extend(check("man/redlock-run.1", &man));
     assert!(
         stale.is_empty(),

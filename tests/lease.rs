@@ -13,11 +13,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 /// A command that writes its pid (= its process group) to `$PIDFILE` and then runs `body`.
 fn recorded(body: &str) -> [String; 3] {
-    [
-        "sh".into(),
-        "-c".into(),
-        format!("echo $$ > \"$PIDFILE\"; {body}"),
-    ]
+    ["sh".into(), "-c".into(), format!("echo $$ > \"$PIDFILE\"; {body}")]
 }
 
 fn unix_ms(t: SystemTime) -> i128 {
@@ -27,10 +23,8 @@ fn unix_ms(t: SystemTime) -> i128 {
 #[test]
 fn the_lock_is_renewed_for_as_long_as_the_command_runs() {
     let redis = RedisServer::start();
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"])
-        .spawn()
-        .expect("spawn");
+    let mut wrapper =
+        redlock(&redis).args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"]).spawn().expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:renew")));
     let mut samples = Vec::new();
     let conn = &mut redis.conn();
@@ -47,11 +41,7 @@ fn the_lock_is_renewed_for_as_long_as_the_command_runs() {
         live.len() >= samples.len().saturating_sub(3),
         "the key lapsed while the command ran: {samples:?}"
     );
-    assert!(
-        live.len() > 200,
-        "sampled for the whole 4 s run ({} samples)",
-        live.len()
-    );
+    assert!(live.len() > 200, "sampled for the whole 4 s run ({} samples)", live.len());
     assert!(!redis.exists(b"lock:renew"), "released afterwards");
 }
 
@@ -60,28 +50,15 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
     let dir = tmp();
     let pidfile = file(&dir, "pid");
     let mut cmd = redlock(&redis);
-    cmd.args([
-        "-k",
-        "lock:lost",
-        "--ttl",
-        "3s",
-        "--renew-every",
-        "200ms",
-        "--kill-grace",
-        "500ms",
-        "--",
-    ])
-    .args(recorded("sleep 100 & sleep 100"))
-    .env("PIDFILE", &pidfile)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    cmd.args(["-k", "lock:lost", "--ttl", "3s", "--renew-every", "200ms", "--kill-grace", "500ms", "--"])
+        .args(recorded("sleep 100 & sleep 100"))
+        .env("PIDFILE", &pidfile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn");
-    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
-        .trim()
-        .parse()
-        .unwrap();
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     assert!(
-        group_members(pgid).len() >= 2,
+        wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2),
         "the command and its background job run"
     );
     let interfered = Instant::now();
@@ -109,10 +86,7 @@ fn a_deleted_key_stops_the_whole_group() {
     });
     assert_eq!(run.code, 125, "{}", run.stderr);
     // Detected at the next renewal (200 ms), then SIGTERM; generous margin for a loaded machine.
-    assert!(
-        after < Duration::from_millis(200 + 500 + 800),
-        "stopped {after:?} after the deletion"
-    );
+    assert!(after < Duration::from_millis(200 + 500 + 800), "stopped {after:?} after the deletion");
     assert!(run.stderr.contains("lock lost"), "{}", run.stderr);
 }
 
@@ -122,14 +96,38 @@ fn an_overwritten_key_stops_the_command_and_stays_overwritten() {
         r.cmd::<()>(&[b"SET", b"lock:lost", b"the-next-holder", b"PX", b"60000"]);
     });
     assert_eq!(run.code, 125, "{}", run.stderr);
-    assert!(
-        after < Duration::from_millis(1500),
-        "stopped {after:?} after the overwrite"
-    );
-    assert_eq!(
-        redis.get(b"lock:lost").as_deref(),
-        Some(&b"the-next-holder"[..])
-    );
+    assert!(after < Duration::from_millis(1500), "stopped {after:?} after the overwrite");
+    assert_eq!(redis.get(b"lock:lost").as_deref(), Some(&b"the-next-holder"[..]));
+}
+
+/// Freezes Redis just after a renewal of `key` and returns the earliest moment (unix ms) the
+/// key could expire: the server's expiry is at least (time before the PTTL query) + (PTTL).
+fn freeze_after_renewal(redis: &RedisServer, key: &str) -> i128 {
+    let conn = &mut redis.conn();
+    let mut last: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+    for _ in 0..10_000 {
+        let before = SystemTime::now();
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        if pttl > last + 100 {
+            redis.freeze();
+            return unix_ms(before) + pttl as i128;
+        }
+        last = pttl;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("saw no renewal of {key} within 10000 samples");
+}
+
+/// Polls every millisecond until `pid` is gone; returns when (unix ms).
+fn death_time(pid: i32, limit: Duration) -> i128 {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if !process_alive(pid) {
+            return unix_ms(SystemTime::now());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("process {pid} still alive after {limit:?}");
 }
 
 #[test]
@@ -140,46 +138,19 @@ fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
     let terms = file(&dir, "terms");
     // The command records when SIGTERM arrives and keeps running: only SIGKILL stops it.
     let body = "trap 'date +%s%N >> \"$TERMS\"' TERM; while :; do sleep 0.01; done";
+    let ttl_ms = 5000;
     let mut cmd = redlock(&redis);
-    cmd.args(["-k", "lock:frozen", "--ttl", "2s", "--"])
+    cmd.args(["-k", "lock:frozen", "--ttl", "5s", "--"])
         .args(recorded(body))
         .env("PIDFILE", &pidfile)
         .env("TERMS", &terms)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
 
-    // Freeze Redis just after a renewal, knowing the earliest moment the key could expire:
-    // the server's expiry is at least (time before the PTTL query) + (PTTL answered).
-    let conn = &mut redis.conn();
-    let mut last: i64 = redis::cmd("PTTL").arg("lock:frozen").query(conn).unwrap();
-    let mut expiry_lb = None;
-    for _ in 0..5000 {
-        let before = SystemTime::now();
-        let pttl: i64 = redis::cmd("PTTL").arg("lock:frozen").query(conn).unwrap();
-        if pttl > last + 100 {
-            redis.freeze();
-            expiry_lb = Some(unix_ms(before) + pttl as i128);
-            break;
-        }
-        last = pttl;
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let expiry_lb = expiry_lb.expect("saw a renewal within 5000 samples");
-
-    let mut died = None;
-    assert!(wait_until(Duration::from_secs(5), || {
-        let alive = process_alive(pid);
-        if !alive {
-            died = Some(unix_ms(SystemTime::now()));
-        }
-        !alive
-    }));
-    let died = died.unwrap();
+    let expiry_lb = freeze_after_renewal(&redis, "lock:frozen");
+    let died = death_time(pid, Duration::from_secs(10));
     let out = wait_output(child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
@@ -189,35 +160,53 @@ fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
         .lines()
         .map(|l| l.trim().parse::<i128>().unwrap() / 1_000_000)
         .collect();
-    assert_eq!(
-        term_ms.len(),
-        1,
-        "SIGTERM arrived exactly once: {term_ms:?}"
-    );
-    let grace = 2000 / 6;
+    assert_eq!(term_ms.len(), 1, "SIGTERM arrived exactly once: {term_ms:?}");
+    let grace = ttl_ms / 6;
     let term_margin = expiry_lb - grace - term_ms[0];
     let death_margin = expiry_lb - died;
     eprintln!(
-        "frozen redis: SIGTERM {term_margin} ms before (expiry − kill-grace); command dead {death_margin} ms before the earliest expiry"
+        "frozen redis: SIGTERM {term_margin} ms before (expiry − kill-grace); \
+         command dead {death_margin} ms before the earliest expiry"
     );
     // SIGTERM no later than deadline − kill-grace (the deadline is before the earliest expiry).
     assert!(term_margin >= 0, "SIGTERM {} ms late", -term_margin);
     // ... and not absurdly early: the lease had at least ttl − renew-every left at the freeze.
-    assert!(term_margin < 2000, "SIGTERM {term_margin} ms early");
-    // Dead before the lock could expire (1 ms for PTTL rounding and the poll).
-    assert!(
-        death_margin >= -1,
-        "the command outlived the lock by {} ms",
-        -death_margin
-    );
+    assert!(term_margin < ttl_ms, "SIGTERM {term_margin} ms early");
+    // Dead before the lock could expire.
+    assert!(death_margin >= 0, "the command outlived the lock by {} ms", -death_margin);
     assert!(group_members(pid).is_empty());
 
     redis.thaw();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        !redis.exists(b"lock:frozen"),
-        "no renewal succeeded after the thaw"
-    );
+    assert!(!redis.exists(b"lock:frozen"), "no renewal succeeded after the thaw");
+}
+
+/// What the command leaves behind in its group is held to the same deadline as the command.
+#[test]
+fn leftovers_never_outlive_the_lease() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, bgpid) = (file(&dir, "pid"), file(&dir, "bgpid"));
+    // The command takes 0.5 s to exit after SIGTERM; its background job ignores SIGTERM.
+    let body = "sh -c 'trap \"\" TERM; echo $$ > \"$BGPID\"; while :; do sleep 0.01; done' & \
+                trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.01; done";
+    let child = redlock(&redis)
+        .args(["-k", "lock:leftover", "--ttl", "3s", "--renew-every", "500ms", "--kill-grace", "1s", "--"])
+        .args(recorded(body))
+        .env("PIDFILE", &pidfile)
+        .env("BGPID", &bgpid)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    read_when_present(&pidfile, Duration::from_secs(5));
+    let bg: i32 = read_when_present(&bgpid, Duration::from_secs(5)).trim().parse().unwrap();
+    let expiry_lb = freeze_after_renewal(&redis, "lock:leftover");
+    let died = death_time(bg, Duration::from_secs(10));
+    eprintln!("leftover dead {} ms before the earliest expiry", expiry_lb - died);
+    assert!(died <= expiry_lb, "the background job outlived the lock by {} ms", died - expiry_lb);
+    let out = wait_output(child, LIMIT);
+    assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
+    redis.thaw();
 }
 
 #[test]
@@ -275,17 +264,11 @@ fn the_command_dies_with_the_wrapper_and_the_key_expires() {
         .env("PIDFILE", &pidfile)
         .spawn()
         .expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
     let killed = Instant::now();
-    assert!(
-        wait_until(Duration::from_secs(1), || !process_alive(pid)),
-        "the command outlived its wrapper"
-    );
+    assert!(wait_until(Duration::from_secs(1), || !process_alive(pid)), "the command outlived its wrapper");
     assert!(
         wait_until(Duration::from_secs(3), || !redis.exists(b"lock:orphan")),
         "the key expired by itself"
@@ -305,41 +288,25 @@ fn a_paused_wrapper_kills_the_command_as_soon_as_it_wakes() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5))
-        .trim()
-        .parse()
-        .unwrap();
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     let wrapper_pid = Pid::from_raw(wrapper.id() as i32);
     kill(wrapper_pid, Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_secs(2));
-    assert!(
-        process_alive(pid),
-        "the command runs on while the wrapper is stopped"
-    );
+    assert!(process_alive(pid), "the command runs on while the wrapper is stopped");
     kill(wrapper_pid, Signal::SIGCONT).unwrap();
     let woke = Instant::now();
     assert!(wait_until(Duration::from_secs(2), || !process_alive(pid)));
     let took = woke.elapsed();
-    assert!(
-        took < Duration::from_millis(300),
-        "killed {took:?} after waking (renewal period 333 ms)"
-    );
+    assert!(took < Duration::from_millis(300), "killed {took:?} after waking (renewal period 333 ms)");
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(125));
 }
 
 #[test]
 fn max_runtime_stops_the_command_with_124() {
     let redis = RedisServer::start();
-    let r = run(
-        redlock(&redis).args(["-k", "lock:max", "--max-runtime", "1s", "--", "sleep", "30"]),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-k", "lock:max", "--max-runtime", "1s", "--", "sleep", "30"]), LIMIT);
     assert_eq!(r.code, 124, "{}", r.stderr);
-    assert!(
-        r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3),
-        "{:?}",
-        r.elapsed
-    );
+    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3), "{:?}", r.elapsed);
     assert!(!redis.exists(b"lock:max"));
 }
 
@@ -370,11 +337,7 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
     redis.cmd::<i64>(&[b"DEL", b"lock:ignore"]);
     let out = wait_output(wrapper, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "the command's own status: {stderr}"
-    );
+    assert_eq!(out.status.code(), Some(3), "the command's own status: {stderr}");
     assert!(done.exists(), "the command ran to the end");
     assert!(stderr.contains("WITHOUT the lock"), "{stderr}");
 }
@@ -383,10 +346,7 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
 fn timing_flags_that_leave_no_room_are_usage_errors() {
     let redis = RedisServer::start();
     for (args, mention) in [
-        (
-            &["--ttl", "1s", "--renew-every", "900ms"][..],
-            "--renew-every",
-        ),
+        (&["--ttl", "1s", "--renew-every", "900ms"][..], "--renew-every"),
         (&["--ttl", "1s", "--kill-grace", "1s"][..], "--kill-grace"),
         (&["--ttl", "2ms"][..], "--ttl"),
         (&["--renew-every", "0"][..], "--renew-every"),
@@ -394,18 +354,8 @@ fn timing_flags_that_leave_no_room_are_usage_errors() {
         (&["--max-runtime", "0s"][..], "--max-runtime"),
         (&["--on-lost", "bogus"][..], "--on-lost"),
     ] {
-        let r = run(
-            redlock(&redis)
-                .args(["-k", "k"])
-                .args(args)
-                .args(["--", "true"]),
-            LIMIT,
-        );
+        let r = run(redlock(&redis).args(["-k", "k"]).args(args).args(["--", "true"]), LIMIT);
         assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
-        assert!(
-            r.stderr.contains(mention),
-            "{args:?} names {mention}: {}",
-            r.stderr
-        );
+        assert!(r.stderr.contains(mention), "{args:?} names {mention}: {}", r.stderr);
     }
 }

@@ -13,11 +13,7 @@ use support::*;
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn read_ns(path: &std::path::Path) -> i128 {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
 #[test]
@@ -26,82 +22,40 @@ fn a_waiter_starts_right_after_the_holder_releases() {
     let dir = tmp();
     let (holder_end, waiter_start) = (file(&dir, "holder-end"), file(&dir, "waiter-start"));
     let holder = redlock(&redis)
-        .args([
-            "-k",
-            "lock:handoff",
-            "--",
-            "sh",
-            "-c",
-            "sleep 1; date +%s%N > \"$OUT\"",
-        ])
+        .args(["-k", "lock:handoff", "--", "sh", "-c", "sleep 1; date +%s%N > \"$OUT\""])
         .env("OUT", &holder_end)
         .spawn()
         .expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:handoff")));
     let waiter = redlock(&redis)
-        .args([
-            "-k",
-            "lock:handoff",
-            "--wait",
-            "10s",
-            "--",
-            "sh",
-            "-c",
-            "date +%s%N > \"$OUT\"",
-        ])
+        .args(["-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
         .env("OUT", &waiter_start)
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     assert!(wait_output(holder, LIMIT).status.success());
     let out = wait_output(waiter, LIMIT);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let gap_ms = (read_ns(&waiter_start) - read_ns(&holder_end)) as f64 / 1e6;
     eprintln!("handoff: waiter's command started {gap_ms:.1} ms after the holder's ended");
-    assert!(
-        gap_ms > 0.0,
-        "the critical sections overlapped by {} ms",
-        -gap_ms
-    );
+    assert!(gap_ms > 0.0, "the critical sections overlapped by {} ms", -gap_ms);
     assert!(gap_ms < 200.0, "handoff took {gap_ms} ms");
 }
 
 #[test]
 fn the_wait_is_bounded_and_ends_busy() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis)
-        .args(["-k", "lock:bounded", "--", "sleep", "5"])
-        .spawn()
-        .expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:bounded", "--", "sleep", "5"]).spawn().expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:bounded")));
     let dir = tmp();
     let marker = file(&dir, "ran");
-    let r = run(
-        redlock(&redis)
-            .args(["-k", "lock:bounded", "--wait", "1s", "--", "touch"])
-            .arg(&marker),
-        LIMIT,
-    );
+    let r =
+        run(redlock(&redis).args(["-k", "lock:bounded", "--wait", "1s", "--", "touch"]).arg(&marker), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
-    assert!(
-        r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(2),
-        "{:?}",
-        r.elapsed
-    );
-    assert!(
-        r.stderr.contains("--wait"),
-        "says the wait ran out: {}",
-        r.stderr
-    );
+    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(2), "{:?}", r.elapsed);
+    assert!(r.stderr.contains("--wait"), "says the wait ran out: {}", r.stderr);
     let zero = run(
-        redlock(&redis)
-            .args(["-k", "lock:bounded", "--busy-exit-code", "0", "--", "touch"])
-            .arg(&marker),
+        redlock(&redis).args(["-k", "lock:bounded", "--busy-exit-code", "0", "--", "touch"]).arg(&marker),
         LIMIT,
     );
     assert_eq!(zero.code, 0, "{}", zero.stderr);
@@ -113,10 +67,7 @@ fn the_wait_is_bounded_and_ends_busy() {
 #[test]
 fn waiters_do_not_spin() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis)
-        .args(["-k", "lock:spin", "--", "sleep", "3"])
-        .spawn()
-        .expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:spin", "--", "sleep", "3"]).spawn().expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:spin")));
     let before = redis.client_requests();
     let waiters: Vec<_> = (0..10)
@@ -131,12 +82,7 @@ fn waiters_do_not_spin() {
     assert!(wait_bounded(&mut holder, LIMIT).success());
     for w in waiters {
         let out = wait_output(w, LIMIT);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let used = redis.client_requests() - before;
     eprintln!("10 waiters over a 3 s hold and 10 handoffs: {used} Redis requests");
@@ -167,17 +113,9 @@ fn contended_counter(wrappers: usize, rounds: usize) {
         .collect();
     for c in children {
         let out = wait_output(c, LIMIT);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    let total: usize = std::fs::read_to_string(&counter)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let total: usize = std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap();
     assert_eq!(total, wrappers * rounds, "lost updates");
 }
 
@@ -212,16 +150,7 @@ fn redis_down_at_start_fails_closed_or_open() {
 
     let open = run(
         std::process::Command::new(BIN)
-            .args([
-                "-k",
-                "lock:down",
-                "--redis-url",
-                &url,
-                "--fail-open",
-                "--",
-                "sh",
-                "-c",
-            ])
+            .args(["-k", "lock:down", "--redis-url", &url, "--fail-open", "--", "sh", "-c"])
             .arg("touch \"$1\"; echo \"fence=${REDLOCK_FENCE-absent} key=$REDLOCK_KEY\"; exit 3")
             .arg("sh")
             .arg(&marker),
@@ -229,10 +158,7 @@ fn redis_down_at_start_fails_closed_or_open() {
     );
     assert_eq!(open.code, 3, "the command's status: {}", open.stderr);
     assert!(marker.exists(), "the command ran");
-    assert_eq!(
-        String::from_utf8_lossy(&open.stdout).trim(),
-        "fence=absent key=lock:down"
-    );
+    assert_eq!(String::from_utf8_lossy(&open.stdout).trim(), "fence=absent key=lock:down");
     assert!(open.stderr.contains("WITHOUT A LOCK"), "{}", open.stderr);
 }
 
@@ -258,12 +184,7 @@ fn a_redis_that_comes_up_within_the_wait_is_used() {
     std::thread::sleep(Duration::from_millis(500));
     let redis = RedisServer::start_on(port);
     let out = wait_output(wrapper, LIMIT);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout, b"ran\n");
     assert!(!redis.exists(b"lock:late"));
 }
@@ -271,54 +192,24 @@ fn a_redis_that_comes_up_within_the_wait_is_used() {
 #[test]
 fn min_hold_keeps_the_lock_after_a_short_command() {
     let redis = RedisServer::start();
-    let r = run(
-        redlock(&redis).args(["-k", "lock:hold", "--min-hold", "3s", "--", "true"]),
-        LIMIT,
-    );
+    let r = run(redlock(&redis).args(["-k", "lock:hold", "--min-hold", "3s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.elapsed < Duration::from_secs(1),
-        "the wrapper does not wait: {:?}",
-        r.elapsed
-    );
+    assert!(r.elapsed < Duration::from_secs(1), "the wrapper does not wait: {:?}", r.elapsed);
     let held_until = Instant::now();
     let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:hold"]);
-    assert!(
-        (2000..=3000).contains(&pttl),
-        "the key lives on for the rest of --min-hold: {pttl} ms"
-    );
-    let busy = run(
-        redlock(&redis).args(["-k", "lock:hold", "--", "true"]),
-        LIMIT,
-    );
+    assert!((2000..=3000).contains(&pttl), "the key lives on for the rest of --min-hold: {pttl} ms");
+    let busy = run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT);
     assert_eq!(busy.code, 75, "{}", busy.stderr);
     assert!(wait_until(Duration::from_secs(4), || !redis.exists(b"lock:hold")));
     assert!(held_until.elapsed() > Duration::from_secs(1));
-    assert_eq!(
-        run(
-            redlock(&redis).args(["-k", "lock:hold", "--", "true"]),
-            LIMIT
-        )
-        .code,
-        0
-    );
+    assert_eq!(run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT).code, 0);
 }
 
 #[test]
 fn min_hold_shorter_than_the_run_releases_normally() {
     let redis = RedisServer::start();
-    let r = run(
-        redlock(&redis).args([
-            "-k",
-            "lock:hold2",
-            "--min-hold",
-            "100ms",
-            "--",
-            "sleep",
-            "0.3",
-        ]),
-        LIMIT,
-    );
+    let r =
+        run(redlock(&redis).args(["-k", "lock:hold2", "--min-hold", "100ms", "--", "sleep", "0.3"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!redis.exists(b"lock:hold2"));
 }
@@ -331,26 +222,13 @@ fn idempotency_key_runs_once_per_id() {
     let job = |id: &str, status: i32| {
         run(
             redlock(&redis)
-                .args([
-                    "-k",
-                    "lock:daily",
-                    "--idempotency-key",
-                    id,
-                    "--",
-                    "sh",
-                    "-c",
-                ])
+                .args(["-k", "lock:daily", "--idempotency-key", id, "--", "sh", "-c"])
                 .arg(format!("echo x >> \"$COUNT\"; exit {status}"))
                 .env("COUNT", &count),
             LIMIT,
         )
     };
-    let runs = || {
-        std::fs::read_to_string(&count)
-            .unwrap_or_default()
-            .lines()
-            .count()
-    };
+    let runs = || std::fs::read_to_string(&count).unwrap_or_default().lines().count();
 
     assert_eq!(job("2026-11-30", 0).code, 0);
     assert_eq!(runs(), 1);
@@ -359,18 +237,11 @@ fn idempotency_key_runs_once_per_id() {
     let again = job("2026-11-30", 0);
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(runs(), 1, "skipped the second time");
-    assert!(
-        again.stderr.contains("already succeeded"),
-        "{}",
-        again.stderr
-    );
+    assert!(again.stderr.contains("already succeeded"), "{}", again.stderr);
 
     assert_eq!(job("2026-12-01", 1).code, 1);
     assert_eq!(runs(), 2);
-    assert!(
-        !redis.exists(b"{lock:daily}:done:2026-12-01"),
-        "a failure records nothing"
-    );
+    assert!(!redis.exists(b"{lock:daily}:done:2026-12-01"), "a failure records nothing");
     assert_eq!(job("2026-12-01", 0).code, 0);
     assert_eq!(runs(), 3, "the next run ran");
 }
@@ -383,17 +254,7 @@ fn concurrent_runs_with_one_idempotency_key_run_once() {
     let children: Vec<_> = (0..5)
         .map(|_| {
             redlock(&redis)
-                .args([
-                    "-k",
-                    "lock:once",
-                    "--wait",
-                    "20s",
-                    "--idempotency-key",
-                    "batch-17",
-                    "--",
-                    "sh",
-                    "-c",
-                ])
+                .args(["-k", "lock:once", "--wait", "20s", "--idempotency-key", "batch-17", "--", "sh", "-c"])
                 .arg("echo x >> \"$COUNT\"; sleep 0.2")
                 .env("COUNT", &count)
                 .stderr(Stdio::piped())
@@ -403,18 +264,9 @@ fn concurrent_runs_with_one_idempotency_key_run_once() {
         .collect();
     for c in children {
         let out = wait_output(c, LIMIT);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
-    assert_eq!(
-        std::fs::read_to_string(&count).unwrap().lines().count(),
-        1,
-        "exactly one ran"
-    );
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "exactly one ran");
 }
 
 #[test]
@@ -435,10 +287,7 @@ fn sigterm_while_waiting_for_a_busy_lock() {
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
     assert!(sent.elapsed() < Duration::from_secs(1));
     assert!(!marker.exists());
-    assert_eq!(
-        redis.get(b"lock:waiting").as_deref(),
-        Some(&b"other-holder"[..])
-    );
+    assert_eq!(redis.get(b"lock:waiting").as_deref(), Some(&b"other-holder"[..]));
 }
 
 #[test]
@@ -449,27 +298,14 @@ fn bad_policy_input_is_a_usage_error() {
         (&["--wait", "soon"][..], "--wait"),
         (&["--min-hold", "3 parsecs"][..], "--min-hold"),
         (&["--idempotency-key", ""][..], "--idempotency-key"),
-        (
-            &["--idempotency-key", "x", "--idempotency-ttl", "0"][..],
-            "--idempotency-ttl",
-        ),
+        (&["--idempotency-key", "x", "--idempotency-ttl", "0"][..], "--idempotency-ttl"),
         (&["--idempotency-ttl", "7x"][..], "--idempotency-ttl"),
         (&["--connect-timeout", "0"][..], "--connect-timeout"),
         (&["--command-timeout", "1h"][..], "--command-timeout"),
         (&["--fail-open=maybe"][..], "--fail-open"),
     ] {
-        let r = run(
-            redlock(&redis)
-                .args(["-k", "k"])
-                .args(args)
-                .args(["--", "true"]),
-            LIMIT,
-        );
+        let r = run(redlock(&redis).args(["-k", "k"]).args(args).args(["--", "true"]), LIMIT);
         assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
-        assert!(
-            r.stderr.contains(mention),
-            "{args:?} names {mention}: {}",
-            r.stderr
-        );
+        assert!(r.stderr.contains(mention), "{args:?} names {mention}: {}", r.stderr);
     }
 }

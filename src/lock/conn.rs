@@ -23,27 +23,25 @@ pub enum Fault {
     /// The key exists with a type other than string.
     #[error("{0}")]
     WrongType(String),
-    /// Anything else Redis said no to (a script error, an unexpected reply).
+    /// Anything else Redis said no to (a script error).
     #[error("{0}")]
     Failed(String),
+    /// A reply of a shape the scripts never produce, or a local failure: an internal error.
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl Fault {
     fn from_redis(err: &RedisError) -> Self {
         let text = err.to_string();
-        if err.is_io_error()
-            || err.is_timeout()
-            || err.is_connection_dropped()
-            || err.is_connection_refusal()
+        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal()
         {
             return Fault::Unavailable(text);
         }
         match err.code() {
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
             Some("WRONGTYPE") => return Fault::WrongType(text),
-            Some(
-                "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN",
-            ) => {
+            Some("READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN") => {
                 return Fault::Unavailable(text);
             }
             _ => {}
@@ -57,12 +55,11 @@ impl Fault {
     /// The wrapper's error for this fault, with `context` (what was being done) in front.
     pub fn into_error(self, context: &str) -> Error {
         match self {
-            Fault::Unavailable(m) => {
-                Error::Unavailable(format!("{context}: Redis unavailable: {m}"))
-            }
+            Fault::Unavailable(m) => Error::Unavailable(format!("{context}: Redis unavailable: {m}")),
             Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
             Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
             Fault::Failed(m) => Error::Unavailable(format!("{context}: Redis failed: {m}")),
+            Fault::Internal(m) => Error::Internal(anyhow::anyhow!("{context}: {m}")),
         }
     }
 }
@@ -79,15 +76,10 @@ pub struct Conn {
 
 impl Conn {
     /// Checks the URL; connects lazily on the first request.
-    pub fn new(
-        url: &str,
-        connect_timeout: Duration,
-        command_timeout: Duration,
-    ) -> Result<Self, Error> {
+    pub fn new(url: &str, connect_timeout: Duration, command_timeout: Duration) -> Result<Self, Error> {
         let target = redact_url(url);
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        let info =
+            url.into_connection_info().map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
         // CLIENT SETINFO would add a round trip's worth of work to every connection.
         let redis = info.redis_settings().clone().set_skip_set_lib_name();
         let client = Client::open(info.set_redis_settings(redis))
@@ -95,22 +87,12 @@ impl Conn {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(command_timeout));
-        Ok(Conn {
-            client,
-            config,
-            conn: None,
-            connect_timeout,
-            command_timeout,
-            target,
-        })
+        Ok(Conn { client, config, conn: None, connect_timeout, command_timeout, target })
     }
 
     /// Runs a script, connecting first if needed. After a connection-level failure the
     /// connection is dropped so that the next request starts a fresh one.
-    pub async fn invoke<T: FromRedisValue>(
-        &mut self,
-        script: &ScriptInvocation<'_>,
-    ) -> Result<T, Fault> {
+    pub async fn invoke<T: FromRedisValue>(&mut self, script: &ScriptInvocation<'_>) -> Result<T, Fault> {
         let conn = self.connection().await?;
         match script.invoke_async(conn).await {
             Ok(v) => Ok(v),
@@ -131,9 +113,7 @@ impl Conn {
         match subscribed {
             Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err(Fault::from_redis(&e)),
-            Err(_) => Err(Fault::Unavailable(format!(
-                "subscribing timed out after {limit:?}"
-            ))),
+            Err(_) => Err(Fault::Unavailable(format!("subscribing timed out after {limit:?}"))),
         }
     }
 
@@ -158,29 +138,38 @@ impl Conn {
     }
 }
 
-/// The URL with any password replaced by `***`, for messages.
+/// The URL with any password replaced by `***`, for messages: everything between `://` and the
+/// last `@` but a user name, and the value of any `pass`/`password` query parameter.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            let user = if userinfo.contains(':') { user } else { "" };
-            format!(
-                "{}://{}{}***{}",
-                &url[..scheme_end],
-                user,
-                if user.is_empty() { "" } else { ":" },
-                &rest[at..]
-            )
+    let (scheme, rest) = (&url[..scheme_end], &url[scheme_end + 3..]);
+    let rest = match rest.rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) if !user.is_empty() && !user.contains(['/', '?', '#']) => {
+                format!("{user}:***{}", &rest[at..])
+            }
+            _ => format!("***{}", &rest[at..]),
+        },
+        None => rest.to_owned(),
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
         }
-        None => url.to_owned(),
-    }
+        None => rest,
+    };
+    format!("{scheme}://{rest}")
 }
 
 #[cfg(test)]
@@ -189,20 +178,17 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
         assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(
-            redact_url("redis://user:s3cret@h:1"),
-            "redis://user:***@h:1"
-        );
+        assert_eq!(redact_url("redis://user:s3cret@h:1"), "redis://user:***@h:1");
         assert_eq!(redact_url("redis://s3cret@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("rediss://u:p@ss@h"), "rediss://u:***@h");
+        assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
         assert_eq!(
-            redact_url("unix:///run/redis.sock"),
-            "unix:///run/redis.sock"
+            redact_url("unix:///run/redis.sock?db=1&pass=s3cret"),
+            "unix:///run/redis.sock?db=1&pass=***"
         );
+        assert_eq!(redact_url("redis://:pa#ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://u:p/a?s#s@h:1/2"), "redis://u:***@h:1/2");
     }
 }

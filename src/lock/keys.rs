@@ -91,11 +91,7 @@ fn crc16(data: &[u8]) -> u16 {
     for &byte in data {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
         }
     }
     crc
@@ -128,11 +124,7 @@ mod tests {
         ] {
             let keys = Keys::new(key);
             assert_eq!(slot(&keys.fence), slot(key), "fence of {key:?}");
-            assert_eq!(
-                slot(&keys.released_channel),
-                slot(key),
-                "channel of {key:?}"
-            );
+            assert_eq!(slot(&keys.released_channel), slot(key), "channel of {key:?}");
             assert_ne!(keys.fence, keys.lock);
         }
     }
@@ -141,10 +133,7 @@ mod tests {
     fn derived_names_are_readable() {
         assert_eq!(Keys::new(b"lock:job").fence, b"{lock:job}:fence");
         assert_eq!(Keys::new(b"lock:{job}").fence, b"lock:{job}:fence");
-        assert_eq!(
-            Keys::new(b"lock:job").released_channel,
-            b"{lock:job}:released"
-        );
+        assert_eq!(Keys::new(b"lock:job").released_channel, b"{lock:job}:released");
     }
 
     #[test]

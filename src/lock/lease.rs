@@ -17,10 +17,7 @@ pub struct Lease {
 impl Lease {
     /// The lease of a request sent at `sent` that the server granted.
     pub fn new(sent: Instant, ttl: Duration) -> Self {
-        Lease {
-            deadline: sent + ttl - drift(ttl),
-            ttl,
-        }
+        Lease { deadline: sent + ttl - drift(ttl), ttl }
     }
 
     pub fn deadline(&self) -> Instant {
@@ -67,10 +64,7 @@ mod tests {
         let old = lease.deadline();
         assert!(!lease.renewed(t0 + Duration::from_millis(500), old));
         assert_eq!(lease.deadline(), old);
-        assert!(lease.renewed(
-            t0 + Duration::from_millis(500),
-            t0 + Duration::from_millis(600)
-        ));
+        assert!(lease.renewed(t0 + Duration::from_millis(500), t0 + Duration::from_millis(600)));
         assert_eq!(lease.deadline(), t0 + Duration::from_millis(1488));
     }
 }

@@ -27,10 +27,7 @@ pub enum Acquired {
     /// The lock is ours: its fence and the lease measured from just before the request.
     Yes { fence: i64, lease: Lease },
     /// Someone else holds it: their remaining TTL (`None`: the key never expires) and value.
-    Busy {
-        pttl: Option<Duration>,
-        holder: Vec<u8>,
-    },
+    Busy { pttl: Option<Duration>, holder: Vec<u8> },
     /// The success record of `--idempotency-key` exists: the work is done. Nothing was taken.
     AlreadyDone { record: Vec<u8> },
 }
@@ -65,13 +62,7 @@ impl Lock {
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock {
-            conn,
-            keys,
-            value: owner_value()?,
-            ttl,
-            record,
-        })
+        Ok(Lock { conn, keys, value: owner_value()?, ttl, record })
     }
 
     /// Subscribes to the announcement of this lock's release (for waiters).
@@ -99,20 +90,15 @@ impl Lock {
         if let Some((record, _)) = &self.record {
             script.key(record);
         }
-        script
-            .arg(&self.value)
-            .arg(millis(self.ttl))
-            .arg(millis(FENCE_TTL.max(self.ttl * 2)));
+        script.arg(&self.value).arg(millis(self.ttl)).arg(millis(FENCE_TTL.max(self.ttl * 2)));
         let sent = tokio::time::Instant::now();
         let reply: Vec<Value> = self.conn.invoke(&script).await?;
-        let unexpected = || Fault::Failed(format!("unexpected reply to acquire: {reply:?}"));
+        let unexpected =
+            || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
         match reply.first() {
             Some(Value::Int(1)) => {
                 let fence = as_int(reply.get(1)).ok_or_else(unexpected)?;
-                Ok(Acquired::Yes {
-                    fence,
-                    lease: Lease::new(sent, self.ttl),
-                })
+                Ok(Acquired::Yes { fence, lease: Lease::new(sent, self.ttl) })
             }
             Some(Value::Int(0)) => {
                 let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
@@ -120,9 +106,7 @@ impl Lock {
                 let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
                 Ok(Acquired::Busy { pttl, holder })
             }
-            Some(Value::Int(2)) => Ok(Acquired::AlreadyDone {
-                record: as_bytes(reply.get(1)),
-            }),
+            Some(Value::Int(2)) => Ok(Acquired::AlreadyDone { record: as_bytes(reply.get(1)) }),
             Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
                 "key {} holds a value of type {}, not a lock; it was left untouched",
                 show_key(&self.keys.lock),
@@ -141,12 +125,7 @@ impl Lock {
     pub async fn renew(&mut self) -> Result<bool, Fault> {
         let n: i64 = self
             .conn
-            .invoke(
-                scripts::RENEW
-                    .key(&self.keys.lock)
-                    .arg(&self.value)
-                    .arg(millis(self.ttl)),
-            )
+            .invoke(scripts::RENEW.key(&self.keys.lock).arg(&self.value).arg(millis(self.ttl)))
             .await?;
         Ok(n == 1)
     }
@@ -160,28 +139,20 @@ impl Lock {
         if let Some((key, _)) = record {
             script.key(key);
         }
-        script
-            .arg(&self.value)
-            .arg(&self.keys.released_channel)
-            .arg(millis(keep));
+        script.arg(&self.value).arg(&self.keys.released_channel).arg(millis(keep));
         if let Some((_, ttl)) = record {
             script.arg(success_value()).arg(millis(*ttl));
         }
         let reply: Vec<Value> = self.conn.invoke(&script).await?;
         match reply.get(1) {
             Some(Value::Int(0)) | None => {}
-            error => tracing::warn!(
-                "could not record the success of --idempotency-key: {}",
-                as_text(error)
-            ),
+            error => tracing::warn!("could not record the success of --idempotency-key: {}", as_text(error)),
         }
         match reply.first() {
             Some(Value::Int(1)) => Ok(Released::Deleted),
             Some(Value::Int(2)) => Ok(Released::Kept),
             Some(Value::Int(0)) => Ok(Released::NotOurs),
-            _ => Err(Fault::Failed(format!(
-                "unexpected reply to release: {reply:?}"
-            ))),
+            _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
         }
     }
 }
@@ -191,17 +162,14 @@ fn owner_value() -> Result<String, Fault> {
     let mut token = [0u8; 16];
     rand::rngs::SysRng
         .try_fill_bytes(&mut token)
-        .map_err(|e| Fault::Failed(format!("cannot read the OS random source: {e}")))?;
+        .map_err(|e| Fault::Internal(format!("cannot read the OS random source: {e}")))?;
     let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
         .unwrap_or_else(|| "unknown".to_owned());
-    let started = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis();
+    let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
     Ok(format!("{hex} {host} {} {started}", std::process::id()))
 }
 
@@ -219,10 +187,7 @@ fn hostname() -> String {
 }
 
 fn unix_ms() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis()
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
 }
 
 fn as_bytes(v: Option<&Value>) -> Vec<u8> {

@@ -37,14 +37,7 @@ impl Renewer {
     ) -> (Renewer, mpsc::UnboundedReceiver<LeaseEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(renew_loop(
-            lock,
-            lease,
-            acquired + every,
-            every,
-            events,
-            stopped,
-        ));
+        let task = tokio::spawn(renew_loop(lock, lease, acquired + every, every, events, stopped));
         (Renewer { stop, task }, rx)
     }
 
@@ -94,10 +87,7 @@ async fn renew_loop(
                 failures += 1;
                 let left = lease.remaining(now);
                 next = now + retry_delay(failures).min(left);
-                let _ = events.send(LeaseEvent::Failing {
-                    error: fault.to_string(),
-                    left,
-                });
+                let _ = events.send(LeaseEvent::Failing { error: fault.to_string(), left });
             }
         }
     };
@@ -108,6 +98,5 @@ async fn renew_loop(
 
 /// A short, jittered pause before retrying a renewal.
 fn retry_delay(failures: u32) -> Duration {
-    Duration::from_millis(5)
-        + full_jitter(Duration::from_millis(25), failures, Duration::from_secs(1))
+    Duration::from_millis(5) + full_jitter(Duration::from_millis(25), failures, Duration::from_secs(1))
 }

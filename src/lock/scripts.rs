@@ -96,7 +96,8 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) 
     return {2, recorded}
   end
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
+  redis.pcall('PUBLISH', ARGV[2], 'released')
   return {1, recorded}
 end
 return {0, recorded}

@@ -25,61 +25,36 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("redlock-test-")
-            .tempdir()
-            .expect("temp dir");
-        let mut server = RedisServer {
-            port: 0,
-            dir,
-            process: None,
-        };
+        let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
+        let mut server = RedisServer { port: 0, dir, process: None };
         for _ in 0..10 {
             server.port = free_port();
             if server.launch() {
                 return server;
             }
         }
-        panic!(
-            "could not start redis-server on a free port (is it installed? apt install redis-server)"
-        );
+        panic!("could not start redis-server on a free port (is it installed? apt install redis-server)");
     }
 
     /// Starts a server on a given port (one that was free a moment ago).
     pub fn start_on(port: u16) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("redlock-test-")
-            .tempdir()
-            .expect("temp dir");
-        let mut server = RedisServer {
-            port,
-            dir,
-            process: None,
-        };
-        assert!(
-            server.launch(),
-            "could not start redis-server on port {port}"
-        );
+        let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
+        let mut server = RedisServer { port, dir, process: None };
+        assert!(server.launch(), "could not start redis-server on port {port}");
         server
     }
 
     /// Requests clients have sent (from INFO commandstats): every command except those that
     /// only run inside the tool's scripts, which commandstats counts too.
     pub fn client_requests(&self) -> u64 {
-        const SCRIPT_ONLY: &[&str] = &[
-            "set", "get", "type", "pttl", "pexpire", "incr", "del", "publish", "time",
-        ];
+        const SCRIPT_ONLY: &[&str] =
+            &["set", "get", "type", "pttl", "pexpire", "incr", "del", "publish", "time"];
         let info: String = self.cmd(&[b"INFO", b"commandstats"]);
         info.lines()
             .filter_map(|l| {
                 let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-                let calls = rest
-                    .strip_prefix("calls=")?
-                    .split(',')
-                    .next()?
-                    .parse::<u64>()
-                    .ok()?;
-                (!SCRIPT_ONLY.contains(&name) && name != "info").then_some(calls)
+                let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse::<u64>().ok()?;
+                (!SCRIPT_ONLY.contains(&name) && name != "info" && name != "exists").then_some(calls)
             })
             .sum()
     }
@@ -110,26 +85,29 @@ impl RedisServer {
         self.process = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(status) = self
-                .process
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                eprintln!(
-                    "redis-server on port {} exited early ({status}); log:\n{}",
-                    self.port,
-                    self.log()
-                );
+            if let Some(status) = self.process.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                eprintln!("redis-server on port {} exited early ({status}); log:\n{}", self.port, self.log());
                 self.process = None;
                 return false;
             }
             if ping(self.port) {
-                return true;
+                // Make sure the server answering is ours, not another test's on a reused port.
+                let pid = self.process.as_ref().map(|c| c.id()).unwrap_or(0);
+                if self.server_pid() == Some(pid) {
+                    return true;
+                }
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         self.stop();
         false
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        let mut conn =
+            redis::Client::open(self.url()).ok()?.get_connection_with_timeout(Duration::from_secs(1)).ok()?;
+        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+        info.lines().find_map(|l| l.strip_prefix("process_id:")?.trim().parse().ok())
     }
 
     pub fn url(&self) -> String {
@@ -138,13 +116,9 @@ impl RedisServer {
 
     pub fn conn(&self) -> redis::Connection {
         let client = redis::Client::open(self.url()).expect("client");
-        let conn = client
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("connect to test redis");
-        conn.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        conn.set_write_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
+        let conn = client.get_connection_with_timeout(Duration::from_secs(5)).expect("connect to test redis");
+        conn.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        conn.set_write_timeout(Some(Duration::from_secs(5))).expect("timeout");
         conn
     }
 
@@ -154,8 +128,7 @@ impl RedisServer {
         for a in &args[1..] {
             c.arg(*a);
         }
-        c.query(&mut self.conn())
-            .unwrap_or_else(|e| panic!("redis command {:?} failed: {e}", args[0]))
+        c.query(&mut self.conn()).unwrap_or_else(|e| panic!("redis command {:?} failed: {e}", args[0]))
     }
 
     pub fn exists(&self, key: &[u8]) -> bool {
@@ -181,12 +154,7 @@ impl RedisServer {
     /// Kills the server and starts a new, empty one on the same port.
     pub fn restart_empty(&mut self) {
         self.stop();
-        assert!(
-            self.launch(),
-            "redis-server did not restart on port {}; log:\n{}",
-            self.port,
-            self.log()
-        );
+        assert!(self.launch(), "redis-server did not restart on port {}; log:\n{}", self.port, self.log());
     }
 
     pub fn stop(&mut self) {
@@ -208,11 +176,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            eprintln!(
-                "--- redis-server log (port {}) ---\n{}",
-                self.port,
-                self.log()
-            );
+            eprintln!("--- redis-server log (port {}) ---\n{}", self.port, self.log());
         }
         self.thaw_quietly();
         self.stop();
@@ -229,16 +193,11 @@ impl RedisServer {
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
 fn ping(port: u16) -> bool {
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
     else {
         return false;
     };
@@ -254,10 +213,7 @@ fn ping(port: u16) -> bool {
 pub fn redlock(server: &RedisServer) -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
-        if name
-            .to_str()
-            .is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL")
-        {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
             cmd.env_remove(name);
         }
     }
@@ -275,18 +231,11 @@ pub struct Run {
 /// Runs to completion, bounded by `limit` (the process is killed and the test fails beyond it).
 pub fn run(cmd: &mut Command, limit: Duration) -> Run {
     let started = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child =
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
     let out = wait_output(child, limit);
     Run {
-        code: out
-            .status
-            .code()
-            .unwrap_or_else(|| panic!("wrapper died of a signal: {:?}", out.status)),
+        code: out.status.code().unwrap_or_else(|| panic!("wrapper died of a signal: {:?}", out.status)),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: started.elapsed(),
@@ -315,11 +264,7 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Output {
     let status = wait_bounded(&mut child, limit);
     // Leftover processes may hold the pipes open; give the readers a bounded moment.
     let (stdout, stderr) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
-    Output {
-        status,
-        stdout,
-        stderr,
-    }
+    Output { status, stdout, stderr }
 }
 
 /// Waits for a child, failing the test (after killing it) beyond `limit`.
@@ -359,11 +304,7 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
         return members;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
@@ -384,10 +325,7 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
 pub fn process_alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, r)| r.split_whitespace().next() != Some("Z"))
-        })
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.split_whitespace().next() != Some("Z")))
         .unwrap_or(false)
 }
 
@@ -403,10 +341,7 @@ pub fn read_when_present(path: &Path, limit: Duration) -> String {
 }
 
 pub fn tmp() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("redlock-test-")
-        .tempdir()
-        .expect("temp dir")
+    tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir")
 }
 
 pub fn file(dir: &TempDir, name: &str) -> PathBuf {
