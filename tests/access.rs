@@ -1,0 +1,101 @@
+//! Credentials and least privilege (SPEC §3, §7, §8): the README's ACL line works as written,
+//! denials are 77, and passwords appear in no output.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The README's least-privilege user, for lock keys matching `lock:*`.
+fn least_privilege_user(redis: &RedisServer, password: &str) {
+    let pw = format!(">{password}");
+    let args: Vec<&[u8]> = [
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        &pw,
+        "resetchannels",
+        "~lock:*",
+        "~{lock:*",
+        "&{lock:*",
+        "-@all",
+        "+evalsha",
+        "+script|load",
+        "+set",
+        "+get",
+        "+type",
+        "+pttl",
+        "+pexpire",
+        "+incr",
+        "+del",
+        "+publish",
+        "+time",
+        "+subscribe",
+    ]
+    .iter()
+    .map(|s| s.as_bytes())
+    .collect();
+    redis.cmd::<()>(&args);
+    redis.cmd::<()>(&[b"SCRIPT", b"FLUSH"]);
+}
+
+fn as_user(url: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env("REDLOCK_REDIS_URL", url);
+    cmd
+}
+
+#[test]
+fn a_least_privilege_user_runs_every_feature() {
+    let redis = RedisServer::start();
+    least_privilege_user(&redis, "Pa55-word");
+    let url = format!("redis://locker:Pa55-word@127.0.0.1:{}", redis.port);
+    for args in [
+        &["-k", "lock:acl", "--", "true"][..],
+        &["-k", "lock:acl", "--idempotency-key", "day-1", "--", "true"],
+        &["-k", "lock:acl", "--idempotency-key", "day-1", "--", "false"],
+        &["-k", "lock:acl", "--min-hold", "200ms", "--", "true"],
+        &["-k", "lock:acl", "--wait", "5s", "--", "true"],
+    ] {
+        let r = run(as_user(&url).args(args), LIMIT);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("Pa55-word"));
+    }
+    assert!(redis.exists(b"{lock:acl}:done:day-1"));
+}
+
+#[test]
+fn denials_are_77_and_never_show_the_password() {
+    let redis = RedisServer::start();
+    least_privilege_user(&redis, "Pa55-word");
+    let good = format!("redis://locker:Pa55-word@127.0.0.1:{}", redis.port);
+    let outside = run(as_user(&good).args(["-k", "other:key", "--", "true"]), LIMIT);
+    assert_eq!(outside.code, 77, "{}", outside.stderr);
+
+    let wrong = format!("redis://locker:Wr0ng-pass@127.0.0.1:{}", redis.port);
+    let r = run(as_user(&wrong).args(["-k", "lock:x", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 77, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(2), "fails fast: {:?}", r.elapsed);
+    assert!(!r.stderr.contains("Wr0ng-pass"), "{}", r.stderr);
+
+    let nowhere = format!("redis://locker:Pa55-word@127.0.0.1:{}", free_port());
+    let r = run(as_user(&nowhere).args(["-v", "-k", "lock:x", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!r.stderr.contains("Pa55-word"), "{}", r.stderr);
+    assert!(r.stderr.contains("locker:***@"), "the target is named, redacted: {}", r.stderr);
+
+    // Nor does the command see it: the wrapper's REDLOCK_* configuration is not passed on.
+    let r = run(as_user(&good).args(["-k", "lock:x", "--", "env"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!String::from_utf8_lossy(&r.stdout).contains("Pa55-word"));
+}
