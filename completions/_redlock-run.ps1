@@ -38,6 +38,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]')
             [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]')
             [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request [default: from the lease, at most 2s]')
+            [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter textfile collector')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
             [CompletionResult]::new('--fail-open', '--fail-open', [CompletionResultType]::ParameterName, 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
             [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
@@ -47,6 +49,56 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Operator override: delete a stuck lock whatever its value, and wake waiters')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'redlock-run;status' {
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]')
+            [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request [default: from the lease, at most 2s]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print one JSON object instead of text')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr (-v wins over it)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr (-v wins over it)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'redlock-run;release' {
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]')
+            [CompletionResult]::new('--connect-timeout', '--connect-timeout', [CompletionResultType]::ParameterName, 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]')
+            [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request [default: from the lease, at most 2s]')
+            [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Required: deleting someone else''s lock can let two runs overlap')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Only errors on stderr (-v wins over it)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr (-v wins over it)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            break
+        }
+        'redlock-run;help' {
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free')
+            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Operator override: delete a stuck lock whatever its value, and wake waiters')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'redlock-run;help;status' {
+            break
+        }
+        'redlock-run;help;release' {
+            break
+        }
+        'redlock-run;help;help' {
             break
         }
     })

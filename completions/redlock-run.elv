@@ -35,6 +35,8 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --redis-url 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]'
             cand --connect-timeout 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]'
             cand --command-timeout 'Bound on each Redis request [default: from the lease, at most 2s]'
+            cand --metrics-file 'Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter textfile collector'
+            cand --log-format 'Format of the diagnostics on stderr'
             cand --fail-open 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)'
             cand -v 'More diagnostics on stderr (-v: info, -vv: debug)'
             cand --verbose 'More diagnostics on stderr (-v: info, -vv: debug)'
@@ -44,6 +46,50 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
+            cand status 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
+            cand release 'Operator override: delete a stuck lock whatever its value, and wake waiters'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'redlock-run;status'= {
+            cand -k 'Lock key, used verbatim'
+            cand --key 'Lock key, used verbatim'
+            cand --redis-url 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]'
+            cand --connect-timeout 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]'
+            cand --command-timeout 'Bound on each Redis request [default: from the lease, at most 2s]'
+            cand --log-format 'Format of the diagnostics on stderr'
+            cand --json 'Print one JSON object instead of text'
+            cand -v 'More diagnostics on stderr (-v: info, -vv: debug)'
+            cand --verbose 'More diagnostics on stderr (-v: info, -vv: debug)'
+            cand -q 'Only errors on stderr (-v wins over it)'
+            cand --quiet 'Only errors on stderr (-v wins over it)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'redlock-run;release'= {
+            cand -k 'Lock key, used verbatim'
+            cand --key 'Lock key, used verbatim'
+            cand --redis-url 'Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]'
+            cand --connect-timeout 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]'
+            cand --command-timeout 'Bound on each Redis request [default: from the lease, at most 2s]'
+            cand --log-format 'Format of the diagnostics on stderr'
+            cand --force 'Required: deleting someone else''s lock can let two runs overlap'
+            cand -v 'More diagnostics on stderr (-v: info, -vv: debug)'
+            cand --verbose 'More diagnostics on stderr (-v: info, -vv: debug)'
+            cand -q 'Only errors on stderr (-v wins over it)'
+            cand --quiet 'Only errors on stderr (-v wins over it)'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+        }
+        &'redlock-run;help'= {
+            cand status 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
+            cand release 'Operator override: delete a stuck lock whatever its value, and wake waiters'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'redlock-run;help;status'= {
+        }
+        &'redlock-run;help;release'= {
+        }
+        &'redlock-run;help;help'= {
         }
     ]
     $completions[$command]

@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::backoff::full_jitter;
 use crate::config::Config;
 use crate::exit::Error;
-use crate::lock::{Acquired, Fault, Lease, Lock, show_key};
+use crate::lock::{Acquired, Fault, Holder, Lease, Lock, show_key};
 use crate::signals::Signals;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
@@ -143,28 +143,19 @@ async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
 
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed".
 fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool) -> String {
-    let holder = String::from_utf8_lossy(holder);
-    let who = match holder.split(' ').collect::<Vec<_>>()[..] {
-        [_token, host, pid, since] => format!("{host} (pid {pid}) since {}", unix_ms_text(since)),
-        _ => "another client (not a redlock-run value)".to_owned(),
+    let who = match Holder::parse(holder) {
+        Some(h) => h.describe(),
+        None => "another client (not a redlock-run value)".to_owned(),
     };
     let left = match pttl {
         Some(d) => format!(
             "it expires in {} unless renewed",
             humantime::format_duration(Duration::from_millis(d.as_millis() as u64))
         ),
-        None => "the key has NO expiry and will never go away by itself; delete it if its holder is gone"
+        None => "the key has NO expiry and will never go away by itself; delete it if its holder is gone \
+                 (redlock-run release --force)"
             .to_owned(),
     };
     let state = if waited { "still busy at the end of --wait" } else { "busy" };
     format!("lock {} is {state}: held by {who}; {left}", show_key(key))
-}
-
-/// A unix time in milliseconds as RFC 3339, or the text itself if it is not one.
-pub fn unix_ms_text(ms: &str) -> String {
-    ms.parse::<u64>()
-        .map(|ms| {
-            humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-        })
-        .unwrap_or_else(|_| ms.to_owned())
 }

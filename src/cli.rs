@@ -1,8 +1,9 @@
 //! The command line, as clap sees it. Help text lives here; validation lives in `config.rs`.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
-use clap::{ArgAction, Parser, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 const AFTER_HELP: &str = "\
 Durations use humantime syntax: 500ms, 30s, 30m, '1h 30m'.
@@ -17,7 +18,9 @@ Exit status: the command's own status (128+N if it died of signal N); 64 usage e
 
 Examples:
   redlock-run --key lock:settlement:daily --ttl 30m -- ./settle.sh
-  redlock-run -k lock:deploy -t 5m --redis-url redis://redis.internal:6379 -- make deploy";
+  redlock-run -k lock:deploy -t 5m --wait 20m --redis-url redis://redis.internal:6379 -- make deploy
+  redlock-run status --key lock:settlement:daily
+  redlock-run release --key lock:settlement:daily --force";
 
 /// Run a command while holding a lock in Redis, so that it runs on one machine at a time.
 ///
@@ -31,12 +34,17 @@ Examples:
     version,
     about = "Run a command under a Redis lock: one machine at a time, across a fleet",
     after_help = AFTER_HELP,
-    max_term_width = 100
+    max_term_width = 100,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub action: Option<Action>,
+
     /// Lock key, used verbatim (any bytes the shell can pass)
-    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
-    pub key: OsString,
+    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", required = true, value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+    pub key: Option<OsString>,
 
     /// Lease length: how long the lock lives without renewal
     #[arg(
@@ -103,25 +111,16 @@ pub struct Cli {
     #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", help_heading = "Command supervision")]
     pub max_runtime: Option<String>,
 
-    /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
-    #[arg(long, value_name = "URL", help_heading = "Redis connection")]
-    pub redis_url: Option<String>,
+    #[command(flatten)]
+    pub redis: RedisArgs,
 
-    /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
-    #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
-    pub connect_timeout: Option<String>,
+    /// Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter
+    /// textfile collector
+    #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Output")]
+    pub metrics_file: Option<PathBuf>,
 
-    /// Bound on each Redis request [default: from the lease, at most 2s]
-    #[arg(long, env = "REDLOCK_COMMAND_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
-    pub command_timeout: Option<String>,
-
-    /// More diagnostics on stderr (-v: info, -vv: debug)
-    #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
-    pub verbose: u8,
-
-    /// Only errors on stderr (-v wins over it)
-    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Output")]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     /// The command to run and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, value_parser = clap::value_parser!(OsString))]
@@ -135,4 +134,89 @@ pub enum OnLostArg {
     Terminate,
     /// Keep the command running without the lock, warn loudly, exit with the command's status
     Ignore,
+}
+
+/// Operator subcommands. (A command literally named like one of them runs after `--`.)
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Show who holds the lock, since when, the TTL left, the fence and idempotency records;
+    /// exit 0 when held, 1 when free
+    Status(StatusArgs),
+    /// Operator override: delete a stuck lock whatever its value, and wake waiters
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Lock key, used verbatim
+    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString))]
+    pub key: OsString,
+
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Lock key, used verbatim
+    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString))]
+    pub key: OsString,
+
+    /// Required: deleting someone else's lock can let two runs overlap
+    #[arg(long)]
+    pub force: bool,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Where Redis is and how long to wait for it.
+#[derive(Debug, Args)]
+pub struct RedisArgs {
+    /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
+    #[arg(long, value_name = "URL", help_heading = "Redis connection")]
+    pub redis_url: Option<String>,
+
+    /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
+    #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
+    pub connect_timeout: Option<String>,
+
+    /// Bound on each Redis request [default: from the lease, at most 2s]
+    #[arg(long, env = "REDLOCK_COMMAND_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
+    pub command_timeout: Option<String>,
+}
+
+/// Diagnostics on stderr.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// More diagnostics on stderr (-v: info, -vv: debug)
+    #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
+    pub verbose: u8,
+
+    /// Only errors on stderr (-v wins over it)
+    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Output")]
+    pub quiet: bool,
+
+    /// Format of the diagnostics on stderr
+    #[arg(long, env = "REDLOCK_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormatArg::Text, help_heading = "Output")]
+    pub log_format: LogFormatArg,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// `redlock-run: level: message field=value …`
+    Text,
+    /// One JSON object per line, for log collectors (Kubernetes)
+    Json,
 }

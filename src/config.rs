@@ -2,9 +2,10 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, OnLostArg};
+use crate::cli::{Action, Cli, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
 use crate::exit::Error;
 
 /// The lease arithmetic's allowance for clock drift and request latency (the Redlock spec's):
@@ -29,6 +30,120 @@ pub enum Verbosity {
     Debug,
 }
 
+/// Format of the diagnostics on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where diagnostics go and how many.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub verbosity: Verbosity,
+    pub format: LogFormat,
+}
+
+/// Where Redis is and the bounds on talking to it.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    Run(Config),
+    Status { key: Vec<u8>, json: bool, redis: RedisConfig, output: Output },
+    Release { key: Vec<u8>, redis: RedisConfig, output: Output },
+}
+
+/// The bounds the operator subcommands use when none are given.
+const OPERATOR_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Invocation {
+    pub fn from_cli(cli: Cli) -> Result<Self, Error> {
+        match cli.action {
+            None => Config::from_cli(cli).map(Invocation::Run),
+            Some(Action::Status(a)) => Ok(Invocation::Status {
+                key: key(&a.key)?,
+                json: a.json,
+                redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
+                output: output(&a.output),
+            }),
+            Some(Action::Release(a)) => {
+                if !a.force {
+                    return Err(usage(
+                        "release deletes the lock whoever holds it and can let two runs overlap; \
+                         add --force to do it",
+                    ));
+                }
+                Ok(Invocation::Release {
+                    key: key(&a.key)?,
+                    redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
+                    output: output(&a.output),
+                })
+            }
+        }
+    }
+
+    pub fn output(&self) -> Output {
+        match self {
+            Invocation::Run(c) => c.output,
+            Invocation::Status { output, .. } | Invocation::Release { output, .. } => *output,
+        }
+    }
+}
+
+fn key(raw: &OsString) -> Result<Vec<u8>, Error> {
+    if raw.is_empty() {
+        return Err(usage("--key must not be empty"));
+    }
+    Ok(raw.as_bytes().to_vec())
+}
+
+fn output(args: &OutputArgs) -> Output {
+    let verbosity = match (args.verbose, args.quiet) {
+        (0, true) => Verbosity::Quiet,
+        (0, false) => Verbosity::Normal,
+        (1, _) => Verbosity::Info,
+        (_, _) => Verbosity::Debug,
+    };
+    let format = match args.log_format {
+        LogFormatArg::Text => LogFormat::Text,
+        LogFormatArg::Json => LogFormat::Json,
+    };
+    Output { verbosity, format }
+}
+
+/// The URL (flag, then `REDLOCK_REDIS_URL`, then `REDIS_URL`) and timeouts; with `slack`, given
+/// timeouts must be shorter than it.
+fn redis_config(
+    args: &RedisArgs,
+    connect_default: Duration,
+    command_default: Duration,
+    slack: Option<Duration>,
+) -> Result<RedisConfig, Error> {
+    let url = args
+        .redis_url
+        .clone()
+        .or_else(|| non_empty_env("REDLOCK_REDIS_URL"))
+        .or_else(|| non_empty_env("REDIS_URL"))
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let timeout = |flag: &str, value: &Option<String>, default: Duration| match (value, slack) {
+        (Some(v), Some(slack)) => bounded_timeout(flag, v, slack),
+        (Some(v), None) => duration(flag, v),
+        (None, _) => Ok(default),
+    };
+    Ok(RedisConfig {
+        url,
+        connect_timeout: timeout("--connect-timeout", &args.connect_timeout, connect_default)?,
+        command_timeout: timeout("--command-timeout", &args.command_timeout, command_default)?,
+    })
+}
+
 /// `--idempotency-key`: the ID of a run whose success is recorded, and for how long.
 #[derive(Debug, Clone)]
 pub struct Idempotency {
@@ -49,19 +164,15 @@ pub struct Config {
     pub on_lost: OnLost,
     pub max_runtime: Option<Duration>,
     pub busy_exit_code: u8,
-    pub redis_url: String,
-    pub connect_timeout: Duration,
-    pub command_timeout: Duration,
-    pub verbosity: Verbosity,
+    pub redis: RedisConfig,
+    pub metrics_file: Option<PathBuf>,
+    pub output: Output,
     pub command: Vec<OsString>,
 }
 
 impl Config {
-    pub fn from_cli(cli: Cli) -> Result<Self, Error> {
-        let key = cli.key.as_bytes().to_vec();
-        if key.is_empty() {
-            return Err(usage("--key must not be empty"));
-        }
+    fn from_cli(cli: Cli) -> Result<Self, Error> {
+        let key = key(cli.key.as_ref().ok_or_else(|| usage("--key is required"))?)?;
         let ttl = duration("--ttl", &cli.ttl)?;
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
         let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
@@ -106,31 +217,16 @@ impl Config {
             )));
         }
 
-        let redis_url = cli
-            .redis_url
-            .or_else(|| non_empty_env("REDLOCK_REDIS_URL"))
-            .or_else(|| non_empty_env("REDIS_URL"))
-            .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
-
         // Redis I/O must never be what delays the stop path: every request is bounded well
         // inside the slack between a renewal and the point where the command must be stopped,
         // leaving room for retries.
         let slack = room - renew_every - kill_grace;
-        let command_timeout = match &cli.command_timeout {
-            Some(s) => bounded_timeout("--command-timeout", s, slack)?,
-            None => (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2)),
-        };
-        let connect_timeout = match &cli.connect_timeout {
-            Some(s) => bounded_timeout("--connect-timeout", s, slack)?,
-            None => (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5)),
-        };
-
-        let verbosity = match (cli.verbose, cli.quiet) {
-            (0, true) => Verbosity::Quiet,
-            (0, false) => Verbosity::Normal,
-            (1, _) => Verbosity::Info,
-            (_, _) => Verbosity::Debug,
-        };
+        let redis = redis_config(
+            &cli.redis,
+            (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5)),
+            (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2)),
+            Some(slack),
+        )?;
 
         Ok(Config {
             key,
@@ -147,10 +243,9 @@ impl Config {
             },
             max_runtime,
             busy_exit_code: cli.busy_exit_code,
-            redis_url,
-            connect_timeout,
-            command_timeout,
-            verbosity,
+            redis,
+            metrics_file: cli.metrics_file,
+            output: output(&cli.output),
             command: cli.command,
         })
     }

@@ -12,6 +12,8 @@ mod config;
 mod exit;
 mod lock;
 mod logging;
+mod metrics;
+mod operator;
 mod run;
 mod signals;
 mod supervise;
@@ -30,19 +32,29 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::status::USAGE } else { 0 });
         }
     };
-    let config = match config::Config::from_cli(cli) {
-        Ok(config) => config,
+    let invocation = match config::Invocation::from_cli(cli) {
+        Ok(invocation) => invocation,
         Err(e) => {
-            let _log = logging::init(config::Verbosity::Normal);
+            let _log = logging::init(config::Output {
+                verbosity: config::Verbosity::Normal,
+                format: config::LogFormat::Text,
+            });
             return report(e);
         }
     };
-    let _log = logging::init(config.verbosity);
+    let _log = logging::init(invocation.output());
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return report(exit::Error::Internal(e.into())),
     };
-    match runtime.block_on(run::run(config)) {
+    let result = runtime.block_on(async {
+        match invocation {
+            config::Invocation::Run(config) => run::run(config).await,
+            config::Invocation::Status { key, json, redis, .. } => operator::status(&key, json, &redis).await,
+            config::Invocation::Release { key, redis, .. } => operator::release(&key, &redis).await,
+        }
+    });
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(e),
     }

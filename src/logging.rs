@@ -16,7 +16,7 @@ use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::config::Verbosity;
+use crate::config::{LogFormat, Output, Verbosity};
 
 /// Lines queued for stderr before new ones are dropped.
 const QUEUE: usize = 1024;
@@ -24,21 +24,27 @@ const QUEUE: usize = 1024;
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
 /// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
-pub fn init(verbosity: Verbosity) -> Guard {
-    let level = match verbosity {
+pub fn init(output: Output) -> Guard {
+    let level = match output.verbosity {
         Verbosity::Quiet => Level::ERROR,
         Verbosity::Normal => Level::WARN,
         Verbosity::Info => Level::INFO,
         Verbosity::Debug => Level::DEBUG,
     };
     let queue = Queue(Arc::new(OnceLock::new()));
-    let installed = tracing_subscriber::fmt()
-        .with_writer(queue.clone())
-        .with_max_level(level)
-        .with_ansi(false)
-        .event_format(Text)
-        .try_init()
-        .is_ok();
+    let builder = tracing_subscriber::fmt().with_writer(queue.clone()).with_max_level(level).with_ansi(false);
+    let installed = match output.format {
+        LogFormat::Text => builder.event_format(Text).try_init(),
+        // One object per line: {"timestamp":…,"level":…,"message":…, fields…}.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_target(false)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init(),
+    }
+    .is_ok();
     Guard { queue: installed.then_some(queue) }
 }
 

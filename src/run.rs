@@ -7,38 +7,70 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use crate::acquire::{Outcome, acquire, unix_ms_text};
+use crate::acquire::{Outcome, acquire};
 use crate::backoff::full_jitter;
 use crate::child::{Child, LockEnv};
 use crate::config::Config;
 use crate::exit::Error;
 use crate::lock::renewer::Renewer;
-use crate::lock::{Conn, Fault, Lock, Released, show_key};
+use crate::lock::{Conn, Fault, Lock, Released, Success};
+use crate::metrics::{self, Report};
 use crate::signals::Signals;
-use crate::supervise::{Held, supervise};
+use crate::supervise::{Held, StopReason, supervise};
 
 /// Bounds on the release after the command has ended.
 const RELEASE_TRIES: u32 = 3;
 const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 pub async fn run(config: Config) -> Result<u8, Error> {
+    let mut report = Report::default();
+    let result = run_with_report(&config, &mut report).await;
+    report.exit_status = match &result {
+        Ok(code) => *code,
+        Err(e) => e.code(),
+    };
+    if report.outcome.is_none() {
+        report.outcome = Some(match &result {
+            Ok(_) => "error",
+            Err(Error::Busy { .. }) => "busy",
+            Err(Error::Unavailable(_)) => "unavailable",
+            Err(Error::Interrupted { .. }) => "interrupted",
+            Err(Error::Spawn { .. }) => "not_run",
+            Err(_) => "error",
+        });
+    }
+    if let Some(path) = &config.metrics_file {
+        metrics::write(path, &config.key, &report);
+    }
+    result
+}
+
+async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
-    let conn = Conn::new(&config.redis_url, config.connect_timeout, config.command_timeout)?;
+    let conn = Conn::new(&config.redis)?;
     let mut lock = Lock::new(conn, &config.key, config.ttl, config.idempotency.as_ref())
         .map_err(|f| f.into_error("preparing the lock"))?;
+    // The key as a log field: escaped bytes, no quotes.
+    let key = config.key.escape_ascii().to_string();
 
     let wait_started = Instant::now();
-    let (fence, lease) = match acquire(&mut lock, &config, &mut signals).await? {
+    let outcome = acquire(&mut lock, config, &mut signals).await;
+    report.acquire_wait = Some(wait_started.elapsed());
+    let (fence, lease) = match outcome? {
         Outcome::Acquired { fence, lease } => (fence, lease),
         Outcome::AlreadyDone { record } => {
-            tracing::warn!("skipped: {}", already_done(&config, &record));
+            tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {}", already_done(config, &record));
+            report.outcome = Some("skipped");
             return Ok(0);
         }
-        Outcome::Unlocked { reason } => return run_unlocked(&config, &mut signals, &reason).await,
+        Outcome::Unlocked { reason } => {
+            report.outcome = Some("unlocked");
+            return run_unlocked(config, &mut signals, &reason, report).await;
+        }
     };
     let acquired = Instant::now();
     tracing::info!(
-        key = %show_key(&config.key),
+        key = %key,
         fence,
         token = lock.token_prefix(),
         wait_ms = (acquired - wait_started).as_millis() as u64,
@@ -54,31 +86,43 @@ pub async fn run(config: Config) -> Result<u8, Error> {
     let mut child = match Child::spawn(&config.command, &env) {
         Ok(child) => child,
         Err(e) => {
-            release(&mut lock, Duration::ZERO, false).await;
+            release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
             return Err(e);
         }
     };
 
     let (renewer, mut events) = Renewer::start(lock, lease, acquired, config.renew_every);
     let held = Held { lease, events: &mut events };
-    let ended = supervise(&mut child, Some(held), &mut signals, &config, acquired).await;
+    let ended = supervise(&mut child, Some(held), &mut signals, config, acquired).await;
     let mut lock = renewer.stop().await;
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
-    release(&mut lock, keep, ended.code == 0).await;
-    tracing::info!(
-        held_ms = acquired.elapsed().as_millis() as u64,
-        command_status = ended.command_code,
-        stopped = ?ended.stopped,
-        "done"
-    );
+    release(&mut lock, &key, keep, ended.code == 0, acquired, Some(ended.command_code)).await;
+
+    report.held = Some(acquired.elapsed());
+    report.command_status = Some(ended.command_code);
+    report.renewals = ended.renewals;
+    report.renewal_failures = ended.renewal_failures;
+    report.lost = ended.lost;
+    report.outcome = Some(match ended.stopped {
+        Some(StopReason::LeaseLost) => "lost",
+        Some(StopReason::MaxRuntime) => "timeout",
+        _ if ended.code == 0 => "success",
+        _ => "failed",
+    });
     Ok(ended.code)
 }
 
 /// `--fail-open` after Redis stayed unreachable: the command runs, supervised, with no lock.
-async fn run_unlocked(config: &Config, signals: &mut Signals, reason: &str) -> Result<u8, Error> {
+async fn run_unlocked(
+    config: &Config,
+    signals: &mut Signals,
+    reason: &str,
+    report: &mut Report,
+) -> Result<u8, Error> {
     tracing::error!(
+        key = %config.key.escape_ascii(),
         "RUNNING WITHOUT A LOCK (--fail-open): Redis is unreachable ({reason}); \
          another host may run this command at the same time"
     );
@@ -90,50 +134,69 @@ async fn run_unlocked(config: &Config, signals: &mut Signals, reason: &str) -> R
     };
     let mut child = Child::spawn(&config.command, &env)?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
+    report.command_status = Some(ended.command_code);
     Ok(ended.code)
 }
 
 /// Releases the lock (or, with `keep`, shortens it to the rest of `--min-hold`), bounded in
-/// time and tries. Failure is a warning, never a change of exit status: the key then expires by
-/// itself within the TTL.
-async fn release(lock: &mut Lock, keep: Duration, succeeded: bool) {
+/// time and tries, and reports it as one `released` event. Failure is a warning, never a change
+/// of exit status: the key then expires by itself within the TTL.
+async fn release(
+    lock: &mut Lock,
+    key: &str,
+    keep: Duration,
+    succeeded: bool,
+    acquired: Instant,
+    command_status: Option<u8>,
+) {
     let give_up = Instant::now() + RELEASE_BUDGET;
+    let mut failure = String::from("timed out");
     for attempt in 1..=RELEASE_TRIES {
+        let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
-            Ok(Ok(Released::Deleted)) => return tracing::info!("released"),
+            Ok(Ok(Released::Deleted)) => {
+                return tracing::info!(key, outcome = "released", held_ms, command_status, "released");
+            }
             Ok(Ok(Released::Kept)) => {
-                return tracing::info!(keep_ms = keep.as_millis() as u64, "kept for the rest of --min-hold");
+                let keep_ms = keep.as_millis() as u64;
+                return tracing::info!(key, outcome = "kept", held_ms, keep_ms, command_status, "released");
             }
             Ok(Ok(Released::NotOurs)) => {
                 return tracing::warn!(
-                    "the lock was no longer this run's at release (expired or taken over); left untouched"
+                    key,
+                    outcome = "not-owner",
+                    held_ms,
+                    command_status,
+                    "released: the lock was no longer this run's (expired or taken over); left untouched"
                 );
             }
             Ok(Err(Fault::Unavailable(msg))) if attempt < RELEASE_TRIES => {
                 tracing::debug!("release failed, retrying: {msg}");
+                failure = msg;
                 sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;
             }
             Ok(Err(fault)) => {
-                return tracing::warn!(
-                    "could not release the lock; it expires by itself within the TTL: {fault}"
-                );
+                failure = fault.to_string();
+                break;
             }
             Err(_) => break,
         }
     }
-    tracing::warn!("could not release the lock in time; it expires by itself within the TTL");
+    tracing::warn!(
+        key,
+        outcome = "unknown",
+        held_ms = acquired.elapsed().as_millis() as u64,
+        command_status,
+        "released: could not confirm the release ({failure}); the lock expires by itself within the TTL"
+    );
 }
 
 /// "a run with --idempotency-key ID already succeeded on HOST at TIME".
 fn already_done(config: &Config, record: &[u8]) -> String {
     let id =
         config.idempotency.as_ref().map(|i| String::from_utf8_lossy(&i.id).into_owned()).unwrap_or_default();
-    let record = String::from_utf8_lossy(record);
-    match record.split(' ').collect::<Vec<_>>()[..] {
-        [host, pid, at] => format!(
-            "a run with --idempotency-key {id:?} already succeeded on {host} (pid {pid}) at {}",
-            unix_ms_text(at)
-        ),
-        _ => format!("a run with --idempotency-key {id:?} already succeeded ({record})"),
+    match Success::parse(record) {
+        Some(s) => format!("a run with --idempotency-key {id:?} already succeeded on {}", s.describe()),
+        None => format!("a run with --idempotency-key {id:?} already succeeded"),
     }
 }

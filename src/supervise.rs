@@ -18,6 +18,16 @@ use crate::signals::{Signals, is_stop_request};
 /// delay cannot make the command outlive it.
 const KILL_AHEAD: Duration = Duration::from_millis(10);
 
+impl StopReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            StopReason::LeaseLost => "lease lost or unconfirmed",
+            StopReason::MaxRuntime => "--max-runtime",
+            StopReason::Signal(_) => "signal",
+        }
+    }
+}
+
 /// Why the wrapper stopped the command, when it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -35,6 +45,11 @@ pub struct Ended {
     /// The command's own status.
     pub command_code: u8,
     pub stopped: Option<StopReason>,
+    /// Renewals confirmed and renewal attempts that failed while the command ran.
+    pub renewals: u64,
+    pub renewal_failures: u64,
+    /// Whether the lock was lost (or its deadline passed) while the command ran.
+    pub lost: bool,
 }
 
 /// The lock while the command runs: the current lease and the renewer's reports.
@@ -56,7 +71,14 @@ pub async fn supervise(
     started: Instant,
 ) -> Ended {
     let mut stop = Stopper { child, grace: config.kill_grace, reason: None, termed_at: None, killed: false };
-    let mut watch = held.map(|h| LeaseWatch { lease: h.lease, events: h.events, gone: false, open: true });
+    let mut watch = held.map(|h| LeaseWatch {
+        lease: h.lease,
+        events: h.events,
+        gone: false,
+        open: true,
+        renewals: 0,
+        renewal_failures: 0,
+    });
     let max_runtime_at = config.max_runtime.and_then(|d| started.checked_add(d));
     // The command's own status, once it has exited.
     let mut exited: Option<u8> = None;
@@ -80,15 +102,13 @@ pub async fn supervise(
             && now >= at
             && stop.termed_at.is_none()
         {
-            tracing::warn!("--max-runtime reached; stopping the command");
             stop.term(StopReason::MaxRuntime, now);
         }
         if let Some(t) = stop.termed_at
             && now >= t + stop.grace
             && !stop.killed
         {
-            tracing::warn!("the command did not stop within --kill-grace; sending SIGKILL");
-            stop.kill();
+            stop.kill("--kill-grace elapsed");
         }
 
         // The next moment something must happen without an outside event.
@@ -113,7 +133,6 @@ pub async fn supervise(
                 ChildEvent::Exited(code) => {
                     exited = Some(code);
                     if stop.child.group_alive() {
-                        tracing::info!("the command exited but left processes in its group; stopping them");
                         stop.term_leftovers(Instant::now());
                     }
                 }
@@ -145,7 +164,9 @@ pub async fn supervise(
         Some(StopReason::MaxRuntime) => status::MAX_RUNTIME,
         Some(StopReason::Signal(_)) | None => command_code,
     };
-    Ended { code, command_code, stopped: stop.reason }
+    let (renewals, renewal_failures, lost) =
+        watch.as_ref().map_or((0, 0, false), |w| (w.renewals, w.renewal_failures, w.gone));
+    Ended { code, command_code, stopped: stop.reason, renewals, renewal_failures, lost }
 }
 
 /// Job control: the wrapper stops itself along with the command, so the shell regains control.
@@ -178,6 +199,7 @@ impl Stopper<'_> {
         self.reason.get_or_insert(reason);
         if self.termed_at.is_none() {
             self.termed_at = Some(now);
+            tracing::warn!(signal = "SIGTERM", reason = reason.as_str(), "stopping the command");
             self.child.signal_group(Signal::SIGTERM);
         }
     }
@@ -187,13 +209,19 @@ impl Stopper<'_> {
     fn term_leftovers(&mut self, now: Instant) {
         if self.termed_at.is_none() {
             self.termed_at = Some(now);
+            tracing::info!(
+                signal = "SIGTERM",
+                reason = "the command exited, leaving processes in its group",
+                "stopping the command"
+            );
             self.child.signal_group(Signal::SIGTERM);
         }
     }
 
-    fn kill(&mut self) {
+    fn kill(&mut self, reason: &str) {
         if !self.killed {
             self.killed = true;
+            tracing::warn!(signal = "SIGKILL", reason, "stopping the command");
             self.child.signal_group(Signal::SIGKILL);
         }
     }
@@ -204,11 +232,10 @@ impl Stopper<'_> {
             return;
         }
         if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && self.termed_at.is_some() {
-            tracing::warn!("second {sig} while stopping; sending SIGKILL");
-            self.kill();
+            self.kill("second signal while stopping");
             return;
         }
-        tracing::info!("passing {sig} to the command");
+        tracing::info!(signal = sig.as_str(), "passing the signal to the command");
         if is_stop_request(sig) && self.termed_at.is_none() {
             self.reason.get_or_insert(StopReason::Signal(sig));
             self.termed_at = Some(Instant::now());
@@ -223,6 +250,8 @@ struct LeaseWatch<'a> {
     events: &'a mut mpsc::UnboundedReceiver<LeaseEvent>,
     gone: bool,
     open: bool,
+    renewals: u64,
+    renewal_failures: u64,
 }
 
 impl LeaseWatch<'_> {
@@ -247,7 +276,7 @@ impl LeaseWatch<'_> {
         }
         if now >= self.kill_by() {
             stop.reason.get_or_insert(StopReason::LeaseLost);
-            stop.kill();
+            stop.kill("the lease deadline");
         }
     }
 
@@ -270,10 +299,16 @@ impl LeaseWatch<'_> {
 
     fn handle(&mut self, event: Option<LeaseEvent>, on_lost: OnLost) {
         match event {
-            Some(LeaseEvent::Renewed(lease)) if !self.gone => self.lease = lease,
-            Some(LeaseEvent::Renewed(_) | LeaseEvent::Expired) => {}
+            Some(LeaseEvent::Renewed(lease)) => {
+                self.renewals += 1;
+                if !self.gone {
+                    self.lease = lease;
+                }
+            }
+            Some(LeaseEvent::Expired) => {}
             Some(LeaseEvent::Failing { error, left }) => {
-                tracing::warn!(left_ms = left.as_millis() as u64, "renewal failing, retrying: {error}")
+                self.renewal_failures += 1;
+                tracing::warn!(left_ms = left.as_millis() as u64, error = %error, "renewal failing, retrying")
             }
             Some(LeaseEvent::Lost) => {
                 if !self.gone {
@@ -299,9 +334,12 @@ async fn next_event(watch: &mut Option<LeaseWatch<'_>>) -> Option<LeaseEvent> {
 
 fn lease_lost(on_lost: OnLost, why: &str) {
     match on_lost {
-        OnLost::Terminate => tracing::error!("lock lost: {why}; stopping the command"),
+        OnLost::Terminate => tracing::error!(reason = why, "lock lost; stopping the command"),
         OnLost::Ignore => {
-            tracing::error!("lock lost: {why}; the command keeps running WITHOUT the lock (--on-lost ignore)")
+            tracing::error!(
+                reason = why,
+                "lock lost; the command keeps running WITHOUT the lock (--on-lost ignore)"
+            )
         }
     }
 }

@@ -10,36 +10,17 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// The README's least-privilege user, for lock keys matching `lock:*`.
+/// The README's least-privilege user, for lock keys matching `lock:*`: the `ACL SETUSER` line
+/// is taken from README.md as written, with PASSWORD replaced.
 fn least_privilege_user(redis: &RedisServer, password: &str) {
-    let pw = format!(">{password}");
-    let args: Vec<&[u8]> = [
-        "ACL",
-        "SETUSER",
-        "locker",
-        "on",
-        &pw,
-        "resetchannels",
-        "~lock:*",
-        "~{lock:*",
-        "&{lock:*",
-        "-@all",
-        "+evalsha",
-        "+script|load",
-        "+set",
-        "+get",
-        "+type",
-        "+pttl",
-        "+pexpire",
-        "+incr",
-        "+del",
-        "+publish",
-        "+time",
-        "+subscribe",
-    ]
-    .iter()
-    .map(|s| s.as_bytes())
-    .collect();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER"))
+        .expect("README has the ACL line");
+    let line = line.replace("PASSWORD", password);
+    let args: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
     redis.cmd::<()>(&args);
     redis.cmd::<()>(&[b"SCRIPT", b"FLUSH"]);
 }
@@ -72,6 +53,14 @@ fn a_least_privilege_user_runs_every_feature() {
         assert!(!r.stderr.contains("Pa55-word"));
     }
     assert!(redis.exists(b"{lock:acl}:done:day-1"));
+    for (args, code) in [
+        (&["status", "--key", "lock:acl"][..], 1),
+        (&["status", "--key", "lock:acl", "--json"][..], 1),
+        (&["release", "--key", "lock:acl", "--force"][..], 1),
+    ] {
+        let r = run(as_user(&url).args(args), LIMIT);
+        assert_eq!(r.code, code, "{args:?}: {}", r.stderr);
+    }
 }
 
 #[test]

@@ -8,6 +8,7 @@ use redis::{
     AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
 };
 
+use crate::config::RedisConfig;
 use crate::exit::Error;
 
 /// Why a Redis request did not give an answer the caller can use.
@@ -76,10 +77,14 @@ pub struct Conn {
 
 impl Conn {
     /// Checks the URL; connects lazily on the first request.
-    pub fn new(url: &str, connect_timeout: Duration, command_timeout: Duration) -> Result<Self, Error> {
+    pub fn new(redis: &RedisConfig) -> Result<Self, Error> {
+        let (url, connect_timeout, command_timeout) =
+            (&redis.url, redis.connect_timeout, redis.command_timeout);
         let target = redact_url(url);
-        let info =
-            url.into_connection_info().map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        let info = url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
         // CLIENT SETINFO would add a round trip's worth of work to every connection.
         let redis = info.redis_settings().clone().set_skip_set_lib_name();
         let client = Client::open(info.set_redis_settings(redis))
@@ -95,6 +100,15 @@ impl Conn {
     pub async fn invoke<T: FromRedisValue>(&mut self, script: &ScriptInvocation<'_>) -> Result<T, Fault> {
         let conn = self.connection().await?;
         match script.invoke_async(conn).await {
+            Ok(v) => Ok(v),
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    /// Runs one plain command (for the operator's subcommands).
+    pub async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, Fault> {
+        let conn = self.connection().await?;
+        match cmd.query_async(conn).await {
             Ok(v) => Ok(v),
             Err(e) => Err(self.failed(&e)),
         }

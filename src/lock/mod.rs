@@ -1,10 +1,12 @@
 //! The Redis side: the stored value, acquire / renew / release, and the lease deadline.
 
+pub mod admin;
 mod conn;
 pub mod keys;
 mod lease;
 pub mod renewer;
 mod scripts;
+mod values;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,6 +18,7 @@ use crate::config::Idempotency;
 pub use conn::{Conn, Fault};
 pub use keys::Keys;
 pub use lease::Lease;
+pub use values::{Holder, Success, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
 /// server clock when it is gone, so expiring it is safe).

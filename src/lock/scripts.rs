@@ -104,3 +104,35 @@ return {0, recorded}
 "#,
     )
 });
+
+/// KEYS: lock, fence. → `{type, value or false, pttl, fence or false}`, one consistent snapshot
+/// for `status`.
+pub static STATUS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local value = false
+if kind == 'string' then value = redis.call('GET', KEYS[1]) end
+local fence = false
+if redis.call('TYPE', KEYS[2])['ok'] == 'string' then fence = redis.call('GET', KEYS[2]) end
+return {kind, value, redis.call('PTTL', KEYS[1]), fence}
+"#,
+    )
+});
+
+/// KEYS: lock. ARGV: release channel. The operator's override: deletes the lock whatever its
+/// value and tells waiters. → `{1, value}` deleted; `{0}` there was none; `{-1, type}` the key
+/// holds another type and was left alone.
+pub static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then return {0} end
+if kind ~= 'string' then return {-1, kind} end
+local value = redis.call('GET', KEYS[1])
+redis.call('DEL', KEYS[1])
+redis.pcall('PUBLISH', ARGV[1], 'released')
+return {1, value}
+"#,
+    )
+});

@@ -1,0 +1,135 @@
+//! The operator's view of a lock: a snapshot for `status`, and the forced release.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{Conn, Fault, Keys, scripts};
+
+/// Most success records `status` lists.
+const MAX_RECORDS: usize = 100;
+/// Bound on SCAN calls while looking for success records.
+const MAX_SCANS: usize = 100;
+
+/// The lock key, its fence and success records, as one `status` call saw them.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The key's type (`none` when free).
+    pub kind: String,
+    pub value: Option<Vec<u8>>,
+    /// `None` when free, `Some(None)` when it exists without expiry.
+    pub ttl: Option<Option<Duration>>,
+    pub fence: Option<i64>,
+    /// (ID, stored record), sorted by ID.
+    pub records: Vec<(Vec<u8>, Vec<u8>)>,
+    /// More records exist than are listed.
+    pub more_records: bool,
+}
+
+pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
+    let reply: Vec<Value> = conn.invoke(scripts::STATUS.key(&keys.lock).key(&keys.fence)).await?;
+    let [kind, value, pttl, fence] = &reply[..] else {
+        return Err(Fault::Internal(format!("unexpected reply to status ({} elements)", reply.len())));
+    };
+    let kind = match kind {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        _ => String::new(),
+    };
+    let value = match value {
+        Value::BulkString(b) => Some(b.clone()),
+        _ => None,
+    };
+    let ttl = match pttl {
+        Value::Int(-2) => None,
+        Value::Int(-1) => Some(None),
+        Value::Int(ms) => Some(Some(Duration::from_millis(*ms as u64))),
+        _ => None,
+    };
+    let fence = match fence {
+        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+        _ => None,
+    };
+    let (records, more_records) = records(conn, keys).await?;
+    Ok(Snapshot { kind, value, ttl, fence, records, more_records })
+}
+
+/// Success records of `--idempotency-key`, found with SCAN (bounded).
+async fn records(conn: &mut Conn, keys: &Keys) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), Fault> {
+    let prefix = keys.record(b"");
+    let mut pattern = glob_escape(&prefix);
+    pattern.push(b'*');
+    let mut found: Vec<Vec<u8>> = Vec::new();
+    let mut cursor = 0u64;
+    for _ in 0..MAX_SCANS {
+        let (next, batch): (u64, Vec<Vec<u8>>) = conn
+            .query(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000))
+            .await?;
+        found.extend(batch);
+        cursor = next;
+        if cursor == 0 || found.len() > MAX_RECORDS {
+            break;
+        }
+    }
+    found.sort();
+    found.dedup();
+    let more = found.len() > MAX_RECORDS || cursor != 0;
+    found.truncate(MAX_RECORDS);
+    if found.is_empty() {
+        return Ok((Vec::new(), more));
+    }
+    let values: Vec<Option<Vec<u8>>> = conn.query(redis::cmd("MGET").arg(&found)).await?;
+    let records = found
+        .into_iter()
+        .zip(values)
+        .filter_map(|(key, value)| Some((key[prefix.len()..].to_vec(), value?)))
+        .collect();
+    Ok((records, more))
+}
+
+/// What the forced release found.
+#[derive(Debug)]
+pub enum Forced {
+    /// Deleted; its value, saying whose it was.
+    Deleted(Vec<u8>),
+    /// There was no lock.
+    Free,
+}
+
+pub async fn force_release(conn: &mut Conn, keys: &Keys) -> Result<Forced, Fault> {
+    let reply: Vec<Value> =
+        conn.invoke(scripts::FORCE_RELEASE.key(&keys.lock).arg(&keys.released_channel)).await?;
+    match &reply[..] {
+        [Value::Int(1), Value::BulkString(v)] => Ok(Forced::Deleted(v.clone())),
+        [Value::Int(0)] => Ok(Forced::Free),
+        [Value::Int(-1), kind] => Err(Fault::WrongType(format!(
+            "key {} holds a value of type {}, not a lock; it was left untouched",
+            super::show_key(&keys.lock),
+            match kind {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => "?".to_owned(),
+            }
+        ))),
+        _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
+    }
+}
+
+/// Escapes Redis glob metacharacters so a key matches only itself.
+fn glob_escape(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() + 4);
+    for &b in raw {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            out.push(b'\\');
+        }
+        out.push(b);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(super::glob_escape(b"{a*b?[c]\\}:done:"), b"{a\\*b\\?\\[c\\]\\\\}:done:");
+    }
+}

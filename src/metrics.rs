@@ -1,0 +1,134 @@
+//! `--metrics-file`: the run's outcome in Prometheus text format, written atomically (a temp
+//! file in the same directory, then rename) for the node_exporter textfile collector.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Every outcome a run can have; the metric carries all of them, 1 for the one that happened,
+/// so alerts need no absent() juggling.
+pub const OUTCOMES: [&str; 11] = [
+    "success",
+    "failed",
+    "busy",
+    "skipped",
+    "lost",
+    "timeout",
+    "unavailable",
+    "unlocked",
+    "interrupted",
+    "not_run",
+    "error",
+];
+
+/// What one run did, gathered along the way.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub outcome: Option<&'static str>,
+    pub exit_status: u8,
+    pub command_status: Option<u8>,
+    pub acquire_wait: Option<Duration>,
+    pub held: Option<Duration>,
+    pub renewals: u64,
+    pub renewal_failures: u64,
+    pub lost: bool,
+}
+
+const METRIC_SUCCESS: &str = "redlock_run_last_success_timestamp_seconds";
+
+/// Writes the metrics file; failure is a warning, never a change of exit status.
+pub fn write(path: &Path, key: &[u8], report: &Report) {
+    if let Err(e) = try_write(path, key, report) {
+        tracing::warn!(path = %path.display(), "could not write the metrics file: {e}");
+    }
+}
+
+fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    let label = format!("key=\"{}\"", escape_label(&String::from_utf8_lossy(key)));
+    let outcome = report.outcome.unwrap_or("error");
+    let last_success = if outcome == "success" { Some(now) } else { previous_success(path, &label) };
+
+    let mut t = String::new();
+    let mut gauge = |name: &str, help: &str, lines: &[(String, f64)]| {
+        let _ = writeln!(t, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (labels, value) in lines {
+            let _ = writeln!(t, "{name}{{{labels}}} {value}");
+        }
+    };
+    let one = |value: f64| vec![(label.clone(), value)];
+    gauge("redlock_run_last_run_timestamp_seconds", "When the last run ended (unix time).", &one(now));
+    let outcomes: Vec<_> = OUTCOMES
+        .iter()
+        .map(|o| (format!("{label},outcome=\"{o}\""), if *o == outcome { 1.0 } else { 0.0 }))
+        .collect();
+    gauge("redlock_run_outcome", "Outcome of the last run: 1 for what happened, 0 for the rest.", &outcomes);
+    gauge(
+        "redlock_run_exit_status",
+        "Exit status of the last run of the wrapper.",
+        &one(report.exit_status.into()),
+    );
+    if let Some(status) = report.command_status {
+        gauge("redlock_run_command_exit_status", "Exit status of the last command run.", &one(status.into()));
+    }
+    if let Some(wait) = report.acquire_wait {
+        gauge(
+            "redlock_run_acquire_wait_seconds",
+            "How long the last run waited for the lock.",
+            &one(wait.as_secs_f64()),
+        );
+    }
+    if let Some(held) = report.held {
+        gauge("redlock_run_hold_seconds", "How long the last run held the lock.", &one(held.as_secs_f64()));
+    }
+    gauge("redlock_run_renewals", "Successful lease renewals in the last run.", &one(report.renewals as f64));
+    gauge(
+        "redlock_run_renewal_failures",
+        "Renewal attempts that could not be confirmed in the last run.",
+        &one(report.renewal_failures as f64),
+    );
+    gauge(
+        "redlock_run_lock_lost",
+        "1 if the last run lost its lock while the command ran.",
+        &one(if report.lost { 1.0 } else { 0.0 }),
+    );
+    if let Some(at) = last_success {
+        gauge(METRIC_SUCCESS, "When a run last succeeded (unix time); kept across failed runs.", &one(at));
+    }
+
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    // Not ending in .prom, so the collector never reads a half-written file.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(t.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// The last-success timestamp of the same key in the previous file, if any.
+fn previous_success(path: &Path, label: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let prefix = format!("{METRIC_SUCCESS}{{{label}}} ");
+    text.lines().find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+/// Label values escape backslash, double quote and newline (the exposition format's rules).
+fn escape_label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(super::escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

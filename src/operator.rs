@@ -1,0 +1,133 @@
+//! The operator's subcommands: `status` (who holds the lock) and `release --force`.
+//! Their answer goes to stdout; diagnostics to stderr as everywhere.
+
+use std::io::Write;
+
+use crate::config::RedisConfig;
+use crate::exit::Error;
+use crate::lock::admin::{self, Forced};
+use crate::lock::{Conn, Holder, Keys, Success, rfc3339_ms, show_key};
+
+/// Exit status of `status` when the lock is free (0 when held).
+const FREE: u8 = 1;
+
+pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
+    let mut conn = Conn::new(redis)?;
+    let keys = Keys::new(key);
+    let snap = admin::snapshot(&mut conn, &keys)
+        .await
+        .map_err(|f| f.into_error(&format!("reading lock {} at {}", show_key(key), conn.target)))?;
+    let held = snap.kind != "none";
+    let holder = snap.value.as_deref().and_then(Holder::parse);
+    let records: Vec<(String, Option<Success>)> = snap
+        .records
+        .iter()
+        .map(|(id, value)| (String::from_utf8_lossy(id).into_owned(), Success::parse(value)))
+        .collect();
+
+    let text = if json {
+        let holder_json = holder.as_ref().map(|h| {
+            serde_json::json!({
+                "host": h.host,
+                "pid": h.pid,
+                "since": rfc3339_ms(h.since_ms),
+                "since_unix_ms": h.since_ms,
+                "token_prefix": h.token_prefix(),
+            })
+        });
+        let records_json: Vec<_> = records
+            .iter()
+            .map(|(id, s)| {
+                serde_json::json!({
+                    "id": id,
+                    "host": s.as_ref().map(|s| s.host.clone()),
+                    "pid": s.as_ref().map(|s| s.pid),
+                    "at": s.as_ref().map(|s| rfc3339_ms(s.at_ms)),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "held": held,
+            "type": snap.kind,
+            "holder": holder_json,
+            "foreign_value": held && holder.is_none(),
+            "ttl_ms": snap.ttl.flatten().map(|d| d.as_millis() as u64),
+            "expires": !matches!(snap.ttl, Some(None)),
+            "fence": snap.fence,
+            "idempotency_records": records_json,
+            "more_idempotency_records": snap.more_records,
+        });
+        format!("{out}\n")
+    } else {
+        let mut t = String::new();
+        let name = show_key(key);
+        match (&holder, held) {
+            (_, false) => t.push_str(&format!("lock {name}: free\n")),
+            (Some(h), true) => {
+                t.push_str(&format!("lock {name}: held by {}\n", h.describe()));
+                t.push_str(&format!("  token:  {}… (prefix)\n", h.token_prefix()));
+            }
+            (None, true) if snap.kind == "string" => {
+                t.push_str(&format!("lock {name}: held, but not by redlock-run (foreign value)\n"))
+            }
+            (None, true) => t.push_str(&format!("lock {name}: the key holds a {}, not a lock\n", snap.kind)),
+        }
+        match snap.ttl {
+            Some(Some(d)) => t.push_str(&format!(
+                "  ttl:    {} left\n",
+                humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
+            )),
+            Some(None) => t.push_str("  ttl:    NONE: the key never expires by itself\n"),
+            None => {}
+        }
+        match snap.fence {
+            Some(f) => t.push_str(&format!("  fence:  {f} (the last acquisition's)\n")),
+            None => t.push_str("  fence:  none yet\n"),
+        }
+        if !records.is_empty() {
+            t.push_str("  idempotency records:\n");
+            for (id, s) in &records {
+                match s {
+                    Some(s) => t.push_str(&format!("    {id}: succeeded on {}\n", s.describe())),
+                    None => t.push_str(&format!("    {id}\n")),
+                }
+            }
+            if snap.more_records {
+                t.push_str("    … (more not listed)\n");
+            }
+        }
+        t
+    };
+    print_out(&text)?;
+    Ok(if held { 0 } else { FREE })
+}
+
+pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
+    let mut conn = Conn::new(redis)?;
+    let keys = Keys::new(key);
+    let forced = admin::force_release(&mut conn, &keys)
+        .await
+        .map_err(|f| f.into_error(&format!("releasing lock {} at {}", show_key(key), conn.target)))?;
+    let name = show_key(key);
+    match forced {
+        Forced::Deleted(value) => {
+            let whose = match Holder::parse(&value) {
+                Some(h) => format!("held by {}", h.describe()),
+                None => "held by a value not written by redlock-run".to_owned(),
+            };
+            tracing::warn!(key = %key.escape_ascii(), "released by force");
+            print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
+            Ok(0)
+        }
+        Forced::Free => {
+            print_out(&format!("lock {name} was not held; nothing to release\n"))?;
+            Ok(FREE)
+        }
+    }
+}
+
+fn print_out(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| Error::Internal(e.into()))
+}

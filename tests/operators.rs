@@ -1,0 +1,303 @@
+//! The operator's view (SPEC §9): JSON logs, the metrics file, `status` and `release --force`.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Every stderr line as JSON (the test fails on a line that is not).
+fn json_lines(stderr: &str) -> Vec<Value> {
+    stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
+        .collect()
+}
+
+fn event<'a>(lines: &'a [Value], message: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message)))
+        .unwrap_or_else(|| panic!("no {message:?} event in {lines:#?}"))
+}
+
+#[test]
+fn json_logs_carry_the_lifecycle_events() {
+    let redis = RedisServer::start();
+    let ok =
+        run(redlock(&redis).args(["-v", "--log-format", "json", "-k", "lock:json", "--", "true"]), LIMIT);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let lines = json_lines(&ok.stderr);
+    let acquired = event(&lines, "acquired");
+    assert_eq!(acquired["key"], "lock:json");
+    assert!(acquired["fence"].as_i64().is_some() && acquired["wait_ms"].as_u64().is_some());
+    assert_eq!(acquired["token"].as_str().map(str::len), Some(8), "only a short token prefix");
+    assert_eq!(acquired["level"], "INFO");
+    assert!(acquired["timestamp"].is_string());
+    let released = event(&lines, "released");
+    assert_eq!(released["outcome"], "released");
+    assert!(released["held_ms"].as_u64().is_some());
+    assert_eq!(released["command_status"], 0);
+
+    // Quiet on success without -v.
+    let quiet = run(redlock(&redis).args(["--log-format", "json", "-k", "lock:json", "--", "true"]), LIMIT);
+    assert_eq!(quiet.code, 0);
+    assert_eq!(quiet.stderr, "", "nothing on a successful run");
+
+    redis.cmd::<()>(&[b"SET", b"lock:json", b"other", b"PX", b"60000"]);
+    let busy = run(redlock(&redis).args(["--log-format", "json", "-k", "lock:json", "--", "true"]), LIMIT);
+    assert_eq!(busy.code, 75);
+    let lines = json_lines(&busy.stderr);
+    assert_eq!(lines.len(), 1, "one line for a non-command status");
+    assert_eq!(lines[0]["level"], "ERROR");
+    assert!(lines[0]["message"].as_str().unwrap().contains("busy"));
+    redis.cmd::<i64>(&[b"DEL", b"lock:json"]);
+
+    let lost = redlock(&redis)
+        .args([
+            "--log-format",
+            "json",
+            "-k",
+            "lock:json",
+            "--ttl",
+            "3s",
+            "--renew-every",
+            "200ms",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:json")));
+    redis.cmd::<i64>(&[b"DEL", b"lock:json"]);
+    let out = wait_output(lost, LIMIT);
+    assert_eq!(out.status.code(), Some(125));
+    let lines = json_lines(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(event(&lines, "lock lost")["level"], "ERROR");
+    let stopping = event(&lines, "stopping the command");
+    assert_eq!(stopping["signal"], "SIGTERM");
+    assert!(stopping["reason"].is_string());
+    assert_eq!(event(&lines, "released")["outcome"], "not-owner");
+}
+
+/// Checks the text exposition format: HELP/TYPE before samples, metric names and labels well
+/// formed, values numeric. Returns the samples as (name{labels}, value).
+fn parse_prometheus(text: &str) -> Vec<(String, f64)> {
+    let mut typed = std::collections::HashSet::new();
+    let mut samples = Vec::new();
+    let name_ok = |n: &str| {
+        !n.is_empty()
+            && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            assert!(name_ok(rest.split(' ').next().unwrap()), "{line}");
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            assert!(name_ok(name) && ["gauge", "counter", "untyped"].contains(&kind), "{line}");
+            typed.insert(name.to_owned());
+        } else {
+            let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("sample: {line}"));
+            let name = series.split('{').next().unwrap();
+            assert!(name_ok(name), "{line}");
+            assert!(typed.contains(name), "TYPE precedes {name}");
+            let labels = &series[name.len()..];
+            if !labels.is_empty() {
+                let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).expect("{labels}");
+                for pair in inner.split("\",").map(|p| p.trim_end_matches('"')) {
+                    let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("label {pair} in {line}"));
+                    assert!(name_ok(k), "{line}");
+                    assert!(!v.contains('\n'));
+                }
+            }
+            samples.push((
+                series.to_owned(),
+                value.parse::<f64>().unwrap_or_else(|_| panic!("value in {line}")),
+            ));
+        }
+    }
+    samples
+}
+
+fn sample(samples: &[(String, f64)], series: &str) -> Option<f64> {
+    samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v)
+}
+
+#[test]
+fn the_metrics_file_is_prometheus_text_and_keeps_the_last_success() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let path = file(&dir, "job.prom");
+    let ok = run(
+        redlock(&redis)
+            .args(["-k", "lock:metrics", "--ttl", "1s", "--metrics-file"])
+            .arg(&path)
+            .args(["--", "sleep", "0.8"]),
+        LIMIT,
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let samples = parse_prometheus(&std::fs::read_to_string(&path).unwrap());
+    assert_eq!(sample(&samples, r#"redlock_run_outcome{key="lock:metrics",outcome="success"}"#), Some(1.0));
+    assert_eq!(sample(&samples, r#"redlock_run_outcome{key="lock:metrics",outcome="busy"}"#), Some(0.0));
+    assert!(sample(&samples, r#"redlock_run_renewals{key="lock:metrics"}"#).unwrap() >= 1.0);
+    assert!(sample(&samples, r#"redlock_run_hold_seconds{key="lock:metrics"}"#).unwrap() >= 0.8);
+    let success =
+        sample(&samples, r#"redlock_run_last_success_timestamp_seconds{key="lock:metrics"}"#).unwrap();
+    assert!(success > 1.7e9);
+
+    redis.cmd::<()>(&[b"SET", b"lock:metrics", b"other", b"PX", b"60000"]);
+    let busy = run(
+        redlock(&redis).args(["-k", "lock:metrics", "--metrics-file"]).arg(&path).args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(busy.code, 75);
+    let samples = parse_prometheus(&std::fs::read_to_string(&path).unwrap());
+    assert_eq!(sample(&samples, r#"redlock_run_outcome{key="lock:metrics",outcome="busy"}"#), Some(1.0));
+    assert_eq!(sample(&samples, r#"redlock_run_exit_status{key="lock:metrics"}"#), Some(75.0));
+    assert_eq!(
+        sample(&samples, r#"redlock_run_last_success_timestamp_seconds{key="lock:metrics"}"#),
+        Some(success),
+        "the last success survives a failed run"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers, vec![std::ffi::OsString::from("job.prom")], "no temp file left behind");
+
+    // A key needing escapes still gives valid label syntax.
+    let odd = run(
+        redlock(&redis).args(["-k", "lock:\"odd\\key", "--metrics-file"]).arg(&path).args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(odd.code, 0, "{}", odd.stderr);
+    let samples = parse_prometheus(&std::fs::read_to_string(&path).unwrap());
+    assert_eq!(
+        sample(&samples, r#"redlock_run_outcome{key="lock:\"odd\\key",outcome="success"}"#),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn status_shows_the_holder_and_exits_by_state() {
+    let redis = RedisServer::start();
+    let status = |json: bool| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["status", "--redis-url", &redis.url(), "--key", "lock:status"]);
+        if json {
+            cmd.arg("--json");
+        }
+        run(&mut cmd, LIMIT)
+    };
+    let free = status(false);
+    assert_eq!(free.code, 1, "free: {}", free.stderr);
+    assert!(String::from_utf8_lossy(&free.stdout).contains("free"));
+
+    assert_eq!(
+        run(
+            redlock(&redis).args(["-k", "lock:status", "--idempotency-key", "2026-11-30", "--", "true"]),
+            LIMIT
+        )
+        .code,
+        0
+    );
+    let mut holder = redlock(&redis).args(["-k", "lock:status", "--", "sleep", "5"]).spawn().expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:status")));
+    let held = status(false);
+    assert_eq!(held.code, 0, "{}", held.stderr);
+    let text = String::from_utf8_lossy(&held.stdout);
+    assert!(text.contains(&format!("pid {}", holder.id())), "{text}");
+    assert!(text.contains(&nix::unistd::gethostname().unwrap().into_string().unwrap()), "{text}");
+    assert!(text.contains("left"), "TTL: {text}");
+    assert!(text.contains("2026-11-30"), "idempotency record: {text}");
+
+    let json = status(true);
+    assert_eq!(json.code, 0);
+    let v: Value = serde_json::from_slice(&json.stdout).expect("status --json is JSON");
+    assert_eq!(v["held"], true);
+    assert_eq!(v["holder"]["pid"], holder.id());
+    assert!(v["ttl_ms"].as_u64().unwrap() > 20_000);
+    assert!(v["fence"].as_i64().is_some());
+    assert_eq!(v["idempotency_records"][0]["id"], "2026-11-30");
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    let nowhere = run(
+        std::process::Command::new(BIN).args([
+            "status",
+            "--key",
+            "k",
+            "--redis-url",
+            &format!("redis://127.0.0.1:{}", free_port()),
+        ]),
+        LIMIT,
+    );
+    assert_eq!(nowhere.code, 69, "{}", nowhere.stderr);
+}
+
+#[test]
+fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
+    let redis = RedisServer::start();
+    let refused = run(
+        std::process::Command::new(BIN).args(["release", "--redis-url", &redis.url(), "--key", "lock:stuck"]),
+        LIMIT,
+    );
+    assert_eq!(refused.code, 64, "needs --force: {}", refused.stderr);
+    assert!(refused.stderr.contains("--force"));
+
+    let holder = redlock(&redis)
+        .args(["-k", "lock:stuck", "--ttl", "10s", "--renew-every", "300ms", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:stuck")));
+    let dir = tmp();
+    let started = file(&dir, "started");
+    let waiter = redlock(&redis)
+        .args(["-k", "lock:stuck", "--wait", "20s", "--", "touch"])
+        .arg(&started)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let released = run(
+        std::process::Command::new(BIN).args([
+            "release",
+            "--redis-url",
+            &redis.url(),
+            "--key",
+            "lock:stuck",
+            "--force",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(released.code, 0, "{}", released.stderr);
+    let said = String::from_utf8_lossy(&released.stdout);
+    assert!(said.contains(&format!("pid {}", holder.id())), "says whose lock it was: {said}");
+    assert!(wait_until(Duration::from_secs(1), || started.exists()), "the waiter woke at once");
+    let out = wait_output(holder, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "the old holder noticed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(wait_output(waiter, LIMIT).status.success());
+
+    let again = run(
+        std::process::Command::new(BIN).args([
+            "release",
+            "--redis-url",
+            &redis.url(),
+            "--key",
+            "lock:stuck",
+            "--force",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(again.code, 1, "nothing to release: {}", again.stderr);
+}
