@@ -180,12 +180,60 @@ pub struct ReleaseArgs {
     pub output: OutputArgs,
 }
 
-/// Where Redis is and how long to wait for it.
+/// Where Redis is, how to reach it safely, and how long to wait for it.
 #[derive(Debug, Args)]
 pub struct RedisArgs {
-    /// Redis to lock in: redis://, unix:// [env: REDLOCK_REDIS_URL, then REDIS_URL]
-    #[arg(long, value_name = "URL", help_heading = "Redis connection")]
-    pub redis_url: Option<String>,
+    /// Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster
+    /// [env: REDLOCK_REDIS_URL, then REDIS_URL]
+    #[arg(long, value_name = "URL", action = ArgAction::Append, help_heading = "Redis connection")]
+    pub redis_url: Vec<String>,
+
+    /// Read the Redis password from this file (first line), so it never sits in argv
+    /// [the password can also come from the URL or REDLOCK_PASSWORD]
+    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
+    pub password_file: Option<PathBuf>,
+
+    /// CA certificate(s) (PEM) to verify the server with, instead of the system's
+    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// Client certificate (PEM) for mutual TLS; needs --tls-key-file
+    #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_key_file", help_heading = "Redis connection")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Client private key (PEM) for mutual TLS; needs --tls-cert-file
+    #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_cert_file", help_heading = "Redis connection")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// Do not verify the server's certificate or host name (a warning says so on every run)
+    #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Redis connection")]
+    pub tls_insecure: bool,
+
+    /// Find the master through this Sentinel (HOST:PORT; repeat, or comma-separate in the
+    /// environment); the URL then only gives the scheme, credentials and database
+    #[arg(
+        long,
+        env = "REDLOCK_SENTINEL",
+        value_name = "HOST:PORT",
+        value_delimiter = ',',
+        requires = "sentinel_master",
+        help_heading = "Redis connection"
+    )]
+    pub sentinel: Vec<String>,
+
+    /// Name of the master the Sentinels watch
+    #[arg(
+        long,
+        env = "REDLOCK_SENTINEL_MASTER",
+        value_name = "NAME",
+        requires = "sentinel",
+        help_heading = "Redis connection"
+    )]
+    pub sentinel_master: Option<String>,
+
+    /// Talk to a Redis Cluster; the --redis-url values are its seed nodes
+    #[arg(long, env = "REDLOCK_CLUSTER", value_parser = clap::builder::FalseyValueParser::new(), conflicts_with = "sentinel", help_heading = "Redis connection")]
+    pub cluster: bool,
 
     /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
     #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]

@@ -47,9 +47,53 @@ pub struct Output {
 /// Where Redis is and the bounds on talking to it.
 #[derive(Debug, Clone)]
 pub struct RedisConfig {
+    /// The node's URL; with Sentinel, only its scheme, credentials and database count.
     pub url: String,
+    pub topology: Topology,
+    /// From --password-file or REDLOCK_PASSWORD; overrides the URL's.
+    pub password: Option<String>,
+    pub tls: Tls,
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
+}
+
+/// Single node, the master a Sentinel names, or a Cluster.
+#[derive(Debug, Clone)]
+pub enum Topology {
+    Single,
+    Sentinel { sentinels: Vec<String>, master: String },
+    Cluster { seeds: Vec<String> },
+}
+
+/// TLS material, read from the files at start-up.
+#[derive(Clone, Default)]
+pub struct Tls {
+    pub ca: Option<Vec<u8>>,
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    pub insecure: bool,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Key material is never printed.
+        f.debug_struct("Tls").field("ca", &self.ca.is_some()).field("client", &self.client.is_some()).finish()
+    }
+}
+
+impl Tls {
+    pub fn any(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+
+    pub fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.client.as_ref().map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            root_cert: self.ca.clone(),
+        }
+    }
 }
 
 /// What the command line asks for.
@@ -118,30 +162,80 @@ fn output(args: &OutputArgs) -> Output {
     Output { verbosity, format }
 }
 
-/// The URL (flag, then `REDLOCK_REDIS_URL`, then `REDIS_URL`) and timeouts; with `slack`, given
-/// timeouts must be shorter than it.
+/// The URL (flag, then `REDLOCK_REDIS_URL`, then `REDIS_URL`), topology, credentials, TLS
+/// material and timeouts; with `slack`, given timeouts must be shorter than it.
 fn redis_config(
     args: &RedisArgs,
     connect_default: Duration,
     command_default: Duration,
     slack: Option<Duration>,
 ) -> Result<RedisConfig, Error> {
-    let url = args
-        .redis_url
-        .clone()
-        .or_else(|| non_empty_env("REDLOCK_REDIS_URL"))
-        .or_else(|| non_empty_env("REDIS_URL"))
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let mut urls = args.redis_url.clone();
+    if urls.is_empty() {
+        urls.extend(non_empty_env("REDLOCK_REDIS_URL").or_else(|| non_empty_env("REDIS_URL")));
+    }
+    if urls.is_empty() {
+        urls.push("redis://127.0.0.1:6379".to_owned());
+    }
+    let topology = if args.cluster {
+        Topology::Cluster { seeds: urls.clone() }
+    } else if let Some(master) = &args.sentinel_master {
+        Topology::Sentinel { sentinels: args.sentinel.clone(), master: master.clone() }
+    } else {
+        if urls.len() > 1 {
+            return Err(usage("several --redis-url values are seed nodes of a cluster: add --cluster"));
+        }
+        Topology::Single
+    };
+    if matches!(topology, Topology::Sentinel { .. }) && urls.len() > 1 {
+        return Err(usage(
+            "with --sentinel, give at most one --redis-url (for scheme, credentials and database)",
+        ));
+    }
+    let password = match (&args.password_file, non_empty_env("REDLOCK_PASSWORD")) {
+        (Some(path), _) => Some(read_password(path)?),
+        (None, env) => env,
+    };
+    let read = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, Error> {
+        path.as_ref()
+            .map(|p| std::fs::read(p).map_err(|e| Error::Config(format!("{flag} {}: {e}", p.display()))))
+            .transpose()
+    };
+    let tls = Tls {
+        ca: read("--tls-ca-file", &args.tls_ca_file)?,
+        client: match (
+            read("--tls-cert-file", &args.tls_cert_file)?,
+            read("--tls-key-file", &args.tls_key_file)?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            _ => None,
+        },
+        insecure: args.tls_insecure,
+    };
     let timeout = |flag: &str, value: &Option<String>, default: Duration| match (value, slack) {
         (Some(v), Some(slack)) => bounded_timeout(flag, v, slack),
         (Some(v), None) => duration(flag, v),
         (None, _) => Ok(default),
     };
     Ok(RedisConfig {
-        url,
+        url: urls.swap_remove(0),
+        topology,
+        password,
+        tls,
         connect_timeout: timeout("--connect-timeout", &args.connect_timeout, connect_default)?,
         command_timeout: timeout("--command-timeout", &args.command_timeout, command_default)?,
     })
+}
+
+/// The first line of a password file, without its line ending.
+fn read_password(path: &std::path::Path) -> Result<String, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("--password-file {}: {e}", path.display())))?;
+    let password = text.lines().next().unwrap_or("").to_owned();
+    if password.is_empty() {
+        return Err(Error::Config(format!("--password-file {}: the file is empty", path.display())));
+    }
+    Ok(password)
 }
 
 /// `--idempotency-key`: the ID of a run whose success is recorded, and for how long.

@@ -57,13 +57,18 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
 /// Success records of `--idempotency-key`, found with SCAN (bounded).
 async fn records(conn: &mut Conn, keys: &Keys) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, bool), Fault> {
     let prefix = keys.record(b"");
+    // In a Cluster, the records live on the node that serves the lock key's slot.
+    let slot = super::keys::slot(&keys.lock);
     let mut pattern = glob_escape(&prefix);
     pattern.push(b'*');
     let mut found: Vec<Vec<u8>> = Vec::new();
     let mut cursor = 0u64;
     for _ in 0..MAX_SCANS {
         let (next, batch): (u64, Vec<Vec<u8>>) = conn
-            .query(redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000))
+            .query(
+                redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000),
+                Some(slot),
+            )
             .await?;
         found.extend(batch);
         cursor = next;
@@ -78,7 +83,7 @@ async fn records(conn: &mut Conn, keys: &Keys) -> Result<(Vec<(Vec<u8>, Vec<u8>)
     if found.is_empty() {
         return Ok((Vec::new(), more));
     }
-    let values: Vec<Option<Vec<u8>>> = conn.query(redis::cmd("MGET").arg(&found)).await?;
+    let values: Vec<Option<Vec<u8>>> = conn.query(redis::cmd("MGET").arg(&found), None).await?;
     let records = found
         .into_iter()
         .zip(values)

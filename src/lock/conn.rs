@@ -1,14 +1,21 @@
 //! One Redis connection with bounded I/O, reconnecting after a failure, and the classification
-//! of what went wrong.
+//! of what went wrong. Behind it: a single node (TCP, TLS or a Unix socket), the master a
+//! Sentinel names (found again after each failure), or a Redis Cluster (MOVED/ASK followed by
+//! the client).
 
 use std::time::Duration;
 
 use redis::aio::{MultiplexedConnection, PubSubStream};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
-    AsyncConnectionConfig, Client, FromRedisValue, IntoConnectionInfo, RedisError, ScriptInvocation,
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
+    RedisError, ScriptInvocation, TlsCertificates,
 };
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, Topology};
 use crate::exit::Error;
 
 /// Why a Redis request did not give an answer the caller can use.
@@ -24,6 +31,10 @@ pub enum Fault {
     /// The key exists with a type other than string.
     #[error("{0}")]
     WrongType(String),
+    /// A configuration that cannot work: TLS refused (unknown CA, wrong host name), TLS spoken
+    /// to a plaintext port or plaintext to a TLS port, a master no Sentinel knows.
+    #[error("{0}")]
+    Config(String),
     /// Anything else Redis said no to (a script error).
     #[error("{0}")]
     Failed(String),
@@ -35,6 +46,9 @@ pub enum Fault {
 impl Fault {
     fn from_redis(err: &RedisError) -> Self {
         let text = err.to_string();
+        if let Some(tls) = tls_failure(err) {
+            return Fault::Config(format!("TLS failed: {tls}"));
+        }
         if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal()
         {
             return Fault::Unavailable(text);
@@ -59,16 +73,44 @@ impl Fault {
             Fault::Unavailable(m) => Error::Unavailable(format!("{context}: Redis unavailable: {m}")),
             Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
             Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
+            Fault::Config(m) => Error::Config(format!("{context}: {m}")),
             Fault::Failed(m) => Error::Unavailable(format!("{context}: Redis failed: {m}")),
             Fault::Internal(m) => Error::Internal(anyhow::anyhow!("{context}: {m}")),
         }
     }
 }
 
+/// The TLS error behind a Redis error, if that is what it is. (redis-rs keeps the I/O error
+/// behind an `Arc<dyn Error>`, and the TLS error is the I/O error's payload.)
+fn tls_failure(err: &RedisError) -> Option<String> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.as_ref(),
+        None => source,
+    };
+    let io = inner.downcast_ref::<std::io::Error>()?;
+    io.get_ref()?.downcast_ref::<rustls::Error>().map(ToString::to_string)
+}
+
+/// The live connection.
+enum Link {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
 pub struct Conn {
-    client: Client,
+    /// The URL's settings: scheme, credentials, database; the address is the node's, or a
+    /// placeholder replaced by what Sentinel names.
+    info: ConnectionInfo,
+    tls: Option<TlsCertificates>,
+    topology: Topology,
     config: AsyncConnectionConfig,
-    conn: Option<MultiplexedConnection>,
+    link: Option<Link>,
+    /// The client of the node in use (for subscriptions).
+    client: Option<Client>,
+    /// No request has been answered on this connection yet.
+    fresh: bool,
     connect_timeout: Duration,
     command_timeout: Duration,
     /// Where we connect, for messages: the URL without its password.
@@ -76,50 +118,114 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Checks the URL; connects lazily on the first request.
+    /// Checks the configuration; connects lazily on the first request.
     pub fn new(redis: &RedisConfig) -> Result<Self, Error> {
-        let (url, connect_timeout, command_timeout) =
-            (&redis.url, redis.connect_timeout, redis.command_timeout);
-        let target = redact_url(url);
-        let info = url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        let target = match &redis.topology {
+            Topology::Single => redact_url(&redis.url),
+            Topology::Sentinel { master, sentinels } => {
+                format!("master {master:?} of Sentinel {}", sentinels.join(","))
+            }
+            Topology::Cluster { seeds } => {
+                format!("cluster {}", seeds.iter().map(|s| redact_url(s)).collect::<Vec<_>>().join(","))
+            }
+        };
+        let url_error = |e: RedisError| Error::Config(format!("--redis-url {}: {e}", redact_url(&redis.url)));
+        let mut info = redis.url.as_str().into_connection_info().map_err(url_error)?;
         // CLIENT SETINFO would add a round trip's worth of work to every connection.
-        let redis = info.redis_settings().clone().set_skip_set_lib_name();
-        let client = Client::open(info.set_redis_settings(redis))
-            .map_err(|e| Error::Config(format!("--redis-url {target}: {e}")))?;
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if let Some(password) = &redis.password {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        if redis.tls.insecure {
+            tracing::warn!("--tls-insecure: the server's certificate and host name are NOT verified");
+            if let ConnectionAddr::TcpTls { host, port, tls_params, .. } = info.addr().clone() {
+                info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure: true, tls_params });
+            }
+        }
+        let tls = if redis.tls.any() {
+            if !is_tls {
+                return Err(Error::Config(format!(
+                    "--tls-* options need a rediss:// URL, not {}",
+                    redact_url(&redis.url)
+                )));
+            }
+            Some(redis.tls.certificates())
+        } else {
+            None
+        };
+        if let Topology::Single = redis.topology {
+            // Fail on a bad URL now rather than at the first connection.
+            make_client(info.clone(), tls.as_ref()).map_err(url_error)?;
+        }
         let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(command_timeout));
-        Ok(Conn { client, config, conn: None, connect_timeout, command_timeout, target })
+            .set_connection_timeout(Some(redis.connect_timeout))
+            .set_response_timeout(Some(redis.command_timeout));
+        Ok(Conn {
+            info,
+            tls,
+            topology: redis.topology.clone(),
+            config,
+            link: None,
+            client: None,
+            fresh: true,
+            connect_timeout: redis.connect_timeout,
+            command_timeout: redis.command_timeout,
+            target,
+        })
     }
 
     /// Runs a script, connecting first if needed. After a connection-level failure the
     /// connection is dropped so that the next request starts a fresh one.
     pub async fn invoke<T: FromRedisValue>(&mut self, script: &ScriptInvocation<'_>) -> Result<T, Fault> {
-        let conn = self.connection().await?;
-        match script.invoke_async(conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.failed(&e)),
-        }
+        let result = match self.link().await? {
+            Link::Node(c) => script.invoke_async(c).await,
+            Link::Cluster(c) => script.invoke_async(c).await,
+        };
+        self.answered(result).await
     }
 
-    /// Runs one plain command (for the operator's subcommands).
-    pub async fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, Fault> {
-        let conn = self.connection().await?;
-        match cmd.query_async(conn).await {
-            Ok(v) => Ok(v),
-            Err(e) => Err(self.failed(&e)),
-        }
+    /// Runs one plain command (for the operator's subcommands). With `slot`, a Cluster routes
+    /// it to that slot's master (SCAN has no key to route by).
+    pub async fn query<T: FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+        slot: Option<u16>,
+    ) -> Result<T, Fault> {
+        let result = match self.link().await? {
+            Link::Node(c) => cmd.query_async(c).await,
+            Link::Cluster(c) => match slot {
+                Some(slot) => {
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                        slot,
+                        SlotAddr::Master,
+                    )));
+                    match c.route_command(cmd.clone(), route).await {
+                        Ok(v) => T::from_redis_value(v).map_err(RedisError::from),
+                        Err(e) => Err(e),
+                    }
+                }
+                None => cmd.query_async(c).await,
+            },
+        };
+        self.answered(result).await
     }
 
     /// A separate connection subscribed to `channel`, bounded by the connect and command
-    /// timeouts.
+    /// timeouts. (In a Cluster, classic pub/sub reaches every node, so any node will do.)
     pub async fn subscribe(&mut self, channel: &[u8]) -> Result<PubSubStream, Fault> {
         let limit = self.connect_timeout + self.command_timeout;
+        let client = match &self.topology {
+            Topology::Cluster { .. } => make_client(self.info.clone(), self.tls.as_ref()),
+            _ => {
+                self.link().await?;
+                Ok(self.client.clone().expect("set with the link"))
+            }
+        }
+        .map_err(|e| Fault::from_redis(&e))?;
         let subscribed = tokio::time::timeout(limit, async {
-            let mut pubsub = self.client.get_async_pubsub().await?;
+            let mut pubsub = client.get_async_pubsub().await?;
             pubsub.subscribe(channel).await?;
             Ok::<_, RedisError>(pubsub.into_on_message())
         })
@@ -131,25 +237,192 @@ impl Conn {
         }
     }
 
-    async fn connection(&mut self) -> Result<&mut MultiplexedConnection, Fault> {
-        if self.conn.is_none() {
-            let conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&self.config)
-                .await
-                .map_err(|e| self.failed(&e))?;
-            self.conn = Some(conn);
+    async fn link(&mut self) -> Result<&mut Link, Fault> {
+        if self.link.is_none() {
+            let link = match self.topology.clone() {
+                Topology::Single => {
+                    let client = make_client(self.info.clone(), self.tls.as_ref())
+                        .map_err(|e| Fault::from_redis(&e))?;
+                    self.connect_node(client).await?
+                }
+                Topology::Sentinel { sentinels, master } => {
+                    let (host, port) = self.discover(&sentinels, &master).await?;
+                    let addr = match self.info.addr() {
+                        ConnectionAddr::TcpTls { insecure, .. } => {
+                            ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
+                        }
+                        _ => ConnectionAddr::Tcp(host, port),
+                    };
+                    let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
+                        .map_err(|e| Fault::from_redis(&e))?;
+                    self.connect_node(client).await?
+                }
+                Topology::Cluster { seeds } => {
+                    let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                        .connection_timeout(self.connect_timeout)
+                        .response_timeout(self.command_timeout)
+                        .retries(2);
+                    let settings = self.info.redis_settings();
+                    if let Some(password) = settings.password() {
+                        builder = builder.password(password);
+                    }
+                    if let Some(username) = settings.username() {
+                        builder = builder.username(username);
+                    }
+                    if let Some(tls) = &self.tls {
+                        builder = builder.certs(tls.clone());
+                    }
+                    let client = builder.build().map_err(|e| Fault::Config(format!("cluster seeds: {e}")))?;
+                    let conn = tokio::time::timeout(
+                        self.connect_timeout + self.command_timeout,
+                        client.get_async_connection(),
+                    )
+                    .await
+                    .map_err(|_| Fault::Unavailable("connecting to the cluster timed out".into()))?
+                    .map_err(|e| self.failed(&e))?;
+                    Link::Cluster(conn)
+                }
+            };
+            self.link = Some(link);
+            self.fresh = true;
         }
-        Ok(self.conn.as_mut().expect("connected above"))
+        Ok(self.link.as_mut().expect("connected above"))
+    }
+
+    async fn connect_node(&mut self, client: Client) -> Result<Link, Fault> {
+        match client.get_multiplexed_async_connection_with_config(&self.config).await {
+            Ok(conn) => {
+                self.client = Some(client);
+                Ok(Link::Node(conn))
+            }
+            Err(e) => {
+                let fault = self.failed(&e);
+                // A TLS handshake with a plaintext Redis stalls until the timeout: say why.
+                if let (Fault::Unavailable(_), ConnectionAddr::TcpTls { host, port, .. }) =
+                    (&fault, client.get_connection_info().addr())
+                    && speaks_plain_resp(host, *port, self.connect_timeout).await
+                {
+                    return Err(Fault::Config(format!(
+                        "{host}:{port} does not speak TLS (a plaintext Redis answers there): use a redis:// URL"
+                    )));
+                }
+                Err(fault)
+            }
+        }
+    }
+
+    /// Asks the Sentinels, in order, where the master is.
+    async fn discover(&self, sentinels: &[String], master: &str) -> Result<(String, u16), Fault> {
+        let mut last = String::from("no Sentinel answered");
+        let (mut answered, mut unknown) = (0, 0);
+        for sentinel in sentinels {
+            let asked = async {
+                let client = Client::open(format!("redis://{sentinel}"))?;
+                let mut conn = client.get_multiplexed_async_connection_with_config(&self.config).await?;
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(master)
+                    .query_async::<Option<(String, u16)>>(&mut conn)
+                    .await
+            };
+            match tokio::time::timeout(self.connect_timeout + self.command_timeout, asked).await {
+                Ok(Ok(Some(addr))) => return Ok(addr),
+                Ok(Ok(None)) => {
+                    (answered, unknown) = (answered + 1, unknown + 1);
+                    last = format!("Sentinel {sentinel} does not know a master named {master:?}");
+                }
+                Ok(Err(e)) => last = format!("Sentinel {sentinel}: {e}"),
+                Err(_) => last = format!("Sentinel {sentinel} did not answer"),
+            }
+        }
+        if answered > 0 && answered == unknown && answered == sentinels.len() {
+            // Every Sentinel answered, and none knows the name: a configuration mistake.
+            return Err(Fault::Config(last));
+        }
+        Err(Fault::Unavailable(last))
+    }
+
+    /// Classifies a reply. A plaintext connection reset at its first request is checked for a
+    /// TLS port, so that the mistake is reported as such instead of retried.
+    async fn answered<T>(&mut self, result: Result<T, RedisError>) -> Result<T, Fault> {
+        match result {
+            Ok(v) => {
+                self.fresh = false;
+                Ok(v)
+            }
+            Err(e) => {
+                let first = self.fresh;
+                let fault = self.failed(&e);
+                if first
+                    && matches!(fault, Fault::Unavailable(_))
+                    && (e.is_connection_dropped() || e.is_io_error())
+                    && let ConnectionAddr::Tcp(host, port) = self.info.addr()
+                    && matches!(self.topology, Topology::Single)
+                    && speaks_tls(host, *port, self.connect_timeout).await
+                {
+                    return Err(Fault::Config(format!(
+                        "{host}:{port} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"
+                    )));
+                }
+                Err(fault)
+            }
+        }
     }
 
     fn failed(&mut self, err: &RedisError) -> Fault {
         let fault = Fault::from_redis(err);
-        if matches!(fault, Fault::Unavailable(_)) {
-            self.conn = None;
+        if matches!(fault, Fault::Unavailable(_) | Fault::Config(_)) {
+            self.link = None;
         }
         fault
     }
+}
+
+fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {
+    match tls {
+        Some(certs) => Client::build_with_tls(info, certs.clone()),
+        None => Client::open(info),
+    }
+}
+
+// A minimal TLS 1.2 ClientHello: one ECDHE suite; any TLS server answers with a handshake
+// record (0x16) or an alert (0x15); a plaintext Redis answers with an error or closes.
+const HELLO: [u8; 57] = [
+    0x16, 0x03, 0x01, 0x00, 0x34, // record: handshake, TLS 1.0 framing, 52 bytes
+    0x01, 0x00, 0x00, 0x30, // ClientHello, 48 bytes
+    0x03, 0x03, // TLS 1.2
+    0x52, 0x4c, 0x4b, 0x52, 0x55, 0x4e, 0x72, 0x65, 0x64, 0x6c, 0x6f, 0x63, 0x6b, 0x2d, 0x72, 0x75, 0x6e,
+    0x2d, 0x74, 0x6c, 0x73, 0x2d, 0x70, 0x72, 0x6f, 0x62, 0x65, 0x2d, 0x30, 0x31, 0x32,
+    0x33, // 32 bytes random
+    0x00, // no session id
+    0x00, 0x02, 0xc0, 0x2f, // cipher suites: ECDHE-RSA-AES128-GCM-SHA256
+    0x01, 0x00, // compression: null
+    0x00, 0x05, 0xff, 0x01, 0x00, 0x01, 0x00, // extensions: renegotiation_info
+];
+
+/// Whether the server at host:port answers a plaintext PING like a Redis.
+async fn speaks_plain_resp(host: &str, port: u16, limit: Duration) -> bool {
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(first[0])
+    };
+    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(b'+' | b'-')))
+}
+
+/// Whether the server at host:port answers a TLS ClientHello with a TLS record (handshake or
+/// alert) — that is, whether a plaintext client has been pointed at a TLS port.
+async fn speaks_tls(host: &str, port: u16, limit: Duration) -> bool {
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(&HELLO).await.ok()?;
+        let mut first = [0u8; 1];
+        stream.read_exact(&mut first).await.ok()?;
+        Some(first[0])
+    };
+    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(0x15 | 0x16)))
 }
 
 /// The URL with any password replaced by `***`, for messages: everything between `://` and the
@@ -189,6 +462,19 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::redact_url;
+
+    #[test]
+    fn the_tls_probe_is_a_well_formed_client_hello() {
+        // The lengths in the record and handshake headers match what follows them.
+        let hello = super::HELLO;
+        assert_eq!(usize::from(u16::from_be_bytes([hello[3], hello[4]])), hello.len() - 5);
+        assert_eq!(usize::from(hello[8]), hello.len() - 9);
+        let ext_start = 9 + 2 + 32 + 1 + 4 + 2;
+        assert_eq!(
+            usize::from(u16::from_be_bytes([hello[ext_start], hello[ext_start + 1]])),
+            hello.len() - ext_start - 2
+        );
+    }
 
     #[test]
     fn passwords_are_redacted() {

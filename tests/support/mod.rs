@@ -21,12 +21,20 @@ pub struct RedisServer {
     pub port: u16,
     dir: TempDir,
     process: Option<Child>,
+    /// Options after the defaults (TLS, cluster mode, a password, …).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server with extra options; `{dir}` in them stands for its temp dir.
+    pub fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
-        let mut server = RedisServer { port: 0, dir, process: None };
+        let extra = extra.iter().map(|a| a.replace("{dir}", &dir.path().display().to_string())).collect();
+        let mut server = RedisServer { port: 0, dir, process: None, extra };
         for _ in 0..10 {
             server.port = free_port();
             if server.launch() {
@@ -39,7 +47,7 @@ impl RedisServer {
     /// Starts a server on a given port (one that was free a moment ago).
     pub fn start_on(port: u16) -> Self {
         let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
-        let mut server = RedisServer { port, dir, process: None };
+        let mut server = RedisServer { port, dir, process: None, extra: Vec::new() };
         assert!(server.launch(), "could not start redis-server on port {port}");
         server
     }
@@ -77,6 +85,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .arg("--logfile")
             .arg(&log)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

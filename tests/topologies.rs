@@ -1,0 +1,641 @@
+//! Beyond one plaintext Redis (SPEC §10, §8): TLS, credentials, Unix sockets, Sentinel and
+//! Cluster — all on loopback, every server started by the test.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The wrapper with a clean environment and no --redis-url (each test picks its own).
+fn bare() -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out =
+        Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (apt install openssl)");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, all from the CA;
+/// and a second, unrelated CA.
+fn make_certs(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test-ca",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "other.key",
+            "-out",
+            "other-ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=other-ca",
+        ],
+    );
+    std::fs::write(dir.join("san.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    for name in ["server", "client"] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                "2",
+                "-extfile",
+                "san.cnf",
+            ],
+        );
+    }
+}
+
+struct TlsRedis {
+    server: RedisServer,
+    tls_port: u16,
+    certs: tempfile::TempDir,
+}
+
+fn tls_redis(client_auth: bool) -> TlsRedis {
+    let certs = tmp();
+    make_certs(certs.path());
+    let tls_port = free_port().to_string();
+    let path = |f: &str| certs.path().join(f).display().to_string();
+    let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+    let auth = if client_auth { "yes" } else { "no" };
+    // The plaintext port stays open for the fixture's readiness check.
+    let server = RedisServer::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        auth,
+        "--bind",
+        "127.0.0.1",
+        "127.0.0.2",
+    ]);
+    TlsRedis { server, tls_port: tls_port.parse().unwrap(), certs }
+}
+
+#[test]
+fn tls_works_with_the_ca_and_fails_fast_otherwise() {
+    let t = tls_redis(false);
+    let ca = t.certs.path().join("ca.crt");
+    let url = |host: &str| format!("rediss://{host}:{}", t.tls_port);
+    let ok = run(
+        bare()
+            .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.1"), "--tls-ca-file"])
+            .arg(&ca)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let by_name = run(
+        bare()
+            .args(["-k", "lock:tls", "--redis-url", &url("localhost"), "--tls-ca-file"])
+            .arg(&ca)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(by_name.code, 0, "{}", by_name.stderr);
+
+    let wrong_ca = run(
+        bare()
+            .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.1"), "--tls-ca-file"])
+            .arg(t.certs.path().join("other-ca.crt"))
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(wrong_ca.code, 78, "{}", wrong_ca.stderr);
+    assert!(wrong_ca.stderr.contains("TLS"), "{}", wrong_ca.stderr);
+    assert!(wrong_ca.elapsed < Duration::from_secs(3), "fails fast: {:?}", wrong_ca.elapsed);
+
+    // 127.0.0.2 is not in the certificate.
+    let wrong_host = run(
+        bare()
+            .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.2"), "--tls-ca-file"])
+            .arg(&ca)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(wrong_host.code, 78, "{}", wrong_host.stderr);
+    let insecure = run(
+        bare().args(["-k", "lock:tls", "--redis-url", &url("127.0.0.2"), "--tls-insecure", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(insecure.code, 0, "{}", insecure.stderr);
+    assert!(insecure.stderr.contains("NOT verified"), "--tls-insecure warns: {}", insecure.stderr);
+
+    let plain_to_tls = run(
+        bare().args([
+            "-k",
+            "lock:tls",
+            "--redis-url",
+            &format!("redis://127.0.0.1:{}", t.tls_port),
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(plain_to_tls.code, 78, "{}", plain_to_tls.stderr);
+    assert!(plain_to_tls.stderr.contains("rediss://"), "{}", plain_to_tls.stderr);
+    assert!(plain_to_tls.elapsed < Duration::from_secs(3), "{:?}", plain_to_tls.elapsed);
+
+    let tls_to_plain = run(
+        bare()
+            .args([
+                "-k",
+                "lock:tls",
+                "--ttl",
+                "3s",
+                "--redis-url",
+                &format!("rediss://127.0.0.1:{}", t.server.port),
+                "--tls-ca-file",
+            ])
+            .arg(&ca)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(tls_to_plain.code, 78, "{}", tls_to_plain.stderr);
+    assert!(tls_to_plain.stderr.contains("redis://"), "{}", tls_to_plain.stderr);
+    assert!(
+        tls_to_plain.elapsed < Duration::from_secs(5),
+        "bounded by the connect timeout: {:?}",
+        tls_to_plain.elapsed
+    );
+
+    let no_tls_url = run(
+        bare()
+            .args(["-k", "lock:tls", "--redis-url", &t.server.url(), "--tls-ca-file"])
+            .arg(&ca)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(no_tls_url.code, 78, "TLS files need rediss://: {}", no_tls_url.stderr);
+    let missing = run(
+        bare().args([
+            "-k",
+            "lock:tls",
+            "--redis-url",
+            &url("127.0.0.1"),
+            "--tls-ca-file",
+            "/nonexistent/ca.crt",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(missing.code, 78, "{}", missing.stderr);
+    assert!(missing.stderr.contains("--tls-ca-file"), "{}", missing.stderr);
+}
+
+#[test]
+fn mutual_tls_with_a_client_certificate() {
+    let t = tls_redis(true);
+    let p = |f: &str| t.certs.path().join(f);
+    let url = format!("rediss://localhost:{}", t.tls_port);
+    let with_cert = run(
+        bare()
+            .args(["-k", "lock:mtls", "--redis-url", &url, "--tls-ca-file"])
+            .arg(p("ca.crt"))
+            .arg("--tls-cert-file")
+            .arg(p("client.crt"))
+            .arg("--tls-key-file")
+            .arg(p("client.key"))
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(with_cert.code, 0, "{}", with_cert.stderr);
+    let without = run(
+        bare()
+            .args(["-k", "lock:mtls", "--redis-url", &url, "--tls-ca-file"])
+            .arg(p("ca.crt"))
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_ne!(without.code, 0, "the server requires a client certificate");
+    assert!([69, 78].contains(&without.code), "{}", without.stderr);
+}
+
+#[test]
+fn the_password_comes_from_the_url_the_environment_or_a_file() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"app", b"on", b">S3cr3t-pw", b"~*", b"&*", b"+@all"]);
+    let dir = tmp();
+    let pwfile = file(&dir, "pw");
+    std::fs::write(&pwfile, "S3cr3t-pw\n").unwrap();
+    let user_url = format!("redis://app@127.0.0.1:{}", redis.port);
+    for (how, mut cmd) in [
+        ("url", {
+            let mut c = bare();
+            c.args(["--redis-url", &format!("redis://app:S3cr3t-pw@127.0.0.1:{}", redis.port)]);
+            c
+        }),
+        ("env", {
+            let mut c = bare();
+            c.args(["--redis-url", &user_url]).env("REDLOCK_PASSWORD", "S3cr3t-pw");
+            c
+        }),
+        ("file", {
+            let mut c = bare();
+            c.args(["--redis-url", &user_url, "--password-file"]).arg(&pwfile);
+            c
+        }),
+    ] {
+        let r = run(cmd.args(["-k", "lock:pw", "--", "env"]), LIMIT);
+        assert_eq!(r.code, 0, "{how}: {}", r.stderr);
+        assert!(
+            !String::from_utf8_lossy(&r.stdout).contains("S3cr3t-pw"),
+            "{how}: the command's environment is clean"
+        );
+    }
+    let wrong = run(
+        bare()
+            .args(["--redis-url", &user_url, "-k", "lock:pw", "--", "true"])
+            .env("REDLOCK_PASSWORD", "nope"),
+        LIMIT,
+    );
+    assert_eq!(wrong.code, 77, "{}", wrong.stderr);
+    assert!(wrong.elapsed < Duration::from_secs(2));
+    let empty = tmp();
+    let empty_file = file(&empty, "pw");
+    std::fs::write(&empty_file, "").unwrap();
+    let r = run(
+        bare()
+            .args(["--redis-url", &user_url, "-k", "lock:pw", "--password-file"])
+            .arg(&empty_file)
+            .args(["--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 78, "{}", r.stderr);
+}
+
+#[test]
+fn a_unix_socket_works() {
+    let dir = tmp();
+    let socket = dir.path().join("redis.sock");
+    let socket_arg = socket.display().to_string();
+    let redis = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"]);
+    let url = format!("unix://{socket_arg}");
+    let r = run(
+        bare().args(["-k", "lock:unix", "--redis-url", &url, "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(String::from_utf8_lossy(&r.stdout).trim().parse::<u64>().is_ok());
+    let waiter =
+        run(bare().args(["-k", "lock:unix", "--wait", "2s", "--redis-url", &url, "--", "true"]), LIMIT);
+    assert_eq!(waiter.code, 0, "{}", waiter.stderr);
+    assert!(!redis.exists(b"lock:unix"));
+}
+
+/// A Sentinel process watching `master` on loopback.
+struct Sentinel {
+    port: u16,
+    process: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Sentinel {
+    fn start(master_port: u16) -> Self {
+        let dir = tmp();
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds main 800\nsentinel failover-timeout main 4000\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let process = Command::new("redis-server")
+            .arg(&conf)
+            .args(["--sentinel", "--logfile"])
+            .arg(dir.path().join("sentinel.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server --sentinel");
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        let ready = wait_until(Duration::from_secs(10), || {
+            client
+                .get_connection_with_timeout(Duration::from_millis(200))
+                .and_then(|mut c| {
+                    redis::cmd("SENTINEL")
+                        .arg("get-master-addr-by-name")
+                        .arg("main")
+                        .query::<Option<(String, u16)>>(&mut c)
+                })
+                .is_ok_and(|a| a.is_some())
+        });
+        assert!(ready, "sentinel did not come up");
+        Sentinel { port, process, _dir: dir }
+    }
+
+    fn master_port(&self) -> Option<u16> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+        let mut c = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
+        let addr: Option<(String, u16)> =
+            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("main").query(&mut c).ok()?;
+        addr.map(|(_, p)| p)
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+#[test]
+fn sentinel_finds_the_master_and_follows_a_failover() {
+    let mut master = RedisServer::start();
+    let replica_of = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
+    let sentinel = Sentinel::start(master.port);
+    assert!(
+        wait_until(Duration::from_secs(10), || replica
+            .cmd::<String>(&[b"INFO", b"replication"])
+            .contains("master_link_status:up")),
+        "replica in sync"
+    );
+    let via_sentinel = |cmd: &mut Command| {
+        cmd.args(["--sentinel", &format!("127.0.0.1:{}", sentinel.port), "--sentinel-master", "main"]);
+    };
+    let mut first = bare();
+    via_sentinel(&mut first);
+    let r = run(first.args(["-k", "lock:sentinel", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    // Kill the master mid-run: the wrapper either renews on the promoted replica or stops the
+    // command (125) — never runs on past its deadline.
+    let dir = tmp();
+    let done = file(&dir, "done");
+    let mut during = bare();
+    via_sentinel(&mut during);
+    let wrapper = during
+        .args([
+            "-k",
+            "lock:sentinel",
+            "--ttl",
+            "10s",
+            "--renew-every",
+            "1s",
+            "--kill-grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("sleep 6; touch \"$1\"")
+        .arg("sh")
+        .arg(&done)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || replica.exists(b"lock:sentinel")), "the lock replicated");
+    master.stop();
+    let out = wait_output(wrapper, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => assert!(done.exists(), "renewed on the new master and ran to the end: {stderr}"),
+        Some(125) => assert!(!done.exists(), "stopped before the end: {stderr}"),
+        other => panic!("unexpected status {other:?}: {stderr}"),
+    }
+    assert_eq!(sentinel.master_port(), Some(replica.port), "the replica was promoted");
+
+    let mut after = bare();
+    via_sentinel(&mut after);
+    let r = run(after.args(["-k", "lock:sentinel-after", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "a new run works against the new master: {}", r.stderr);
+
+    let mut unknown = bare();
+    unknown.args(["--sentinel", &format!("127.0.0.1:{}", sentinel.port), "--sentinel-master", "nosuch"]);
+    let r = run(unknown.args(["-k", "lock:x", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 78, "no Sentinel knows that master: {}", r.stderr);
+}
+
+struct Cluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "{dir}/nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli (apt install redis-tools)");
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let ok = wait_until(Duration::from_secs(15), || {
+            nodes.iter().all(|n| n.cmd::<String>(&[b"CLUSTER", b"INFO"]).contains("cluster_state:ok"))
+        });
+        assert!(ok, "cluster did not become ok");
+        Cluster { nodes }
+    }
+
+    fn seed(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// The node that serves `key`'s slot, from CLUSTER NODES.
+    fn node_for(&self, key: &[u8]) -> &RedisServer {
+        let slot: i64 = self.nodes[0].cmd(&[b"CLUSTER", b"KEYSLOT", key]);
+        let nodes: String = self.nodes[0].cmd(&[b"CLUSTER", b"NODES"]);
+        let line = nodes
+            .lines()
+            .find(|l| {
+                l.split_whitespace().skip(8).any(|range| match range.split_once('-') {
+                    Some((a, b)) => (a.parse::<i64>().unwrap()..=b.parse::<i64>().unwrap()).contains(&slot),
+                    None => range.parse::<i64>() == Ok(slot),
+                })
+            })
+            .expect("a node owns the slot");
+        let addr = line.split_whitespace().nth(1).unwrap();
+        let port: u16 = addr.split(['@', ':']).nth(1).unwrap().parse().unwrap();
+        self.nodes.iter().find(|n| n.port == port).expect("one of ours")
+    }
+}
+
+#[test]
+fn cluster_follows_slots_and_keeps_derived_keys_together() {
+    let cluster = Cluster::start();
+    let in_cluster = |cmd: &mut Command| {
+        cmd.args(["--cluster", "--redis-url", &cluster.seed()]);
+    };
+    for key in ["lock:plain", "lock:{job}:daily", "odd}key{", "x"] {
+        let mut fences = Vec::new();
+        for _ in 0..2 {
+            let mut c = bare();
+            in_cluster(&mut c);
+            let r = run(
+                c.args(["-k", key, "--idempotency-key", "once", "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
+                LIMIT,
+            );
+            assert_eq!(r.code, 0, "{key}: {}", r.stderr);
+            fences.extend(String::from_utf8_lossy(&r.stdout).trim().parse::<u64>().ok());
+        }
+        assert_eq!(fences.len(), 1, "{key}: the second run was skipped by its idempotency record");
+        let mut c = bare();
+        in_cluster(&mut c);
+        let r = run(c.args(["-k", key, "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+        assert_eq!(r.code, 0, "{key}: {}", r.stderr);
+        let next: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
+        assert!(next > fences[0], "{key}: fence increases");
+        let mut status = Command::new(BIN);
+        status.args(["status", "--key", key, "--json"]);
+        in_cluster(&mut status);
+        let s = run(&mut status, LIMIT);
+        assert_eq!(s.code, 1, "{key}: free: {}", s.stderr);
+        let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+        assert_eq!(v["fence"].as_u64(), Some(next));
+        assert_eq!(v["idempotency_records"][0]["id"], "once", "{key}: {v}");
+    }
+
+    // A waiter on another node is woken by the release announced on the key's node.
+    let holder = {
+        let mut c = bare();
+        in_cluster(&mut c);
+        c.args(["-k", "lock:handoff", "--", "sleep", "1"]).spawn().expect("spawn")
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let mut waiter = bare();
+    waiter.args(["--cluster", "--redis-url", &cluster.nodes[2].url()]);
+    let r = run(waiter.args(["-k", "lock:handoff", "--wait", "10s", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(3), "woken by the release: {:?}", r.elapsed);
+    assert!(wait_output(holder, LIMIT).status.success());
+}
+
+#[test]
+fn cluster_renewal_survives_a_slot_migration() {
+    let cluster = Cluster::start();
+    let key = b"lock:migrating";
+    let from = cluster.node_for(key);
+    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+    let mut c = bare();
+    let wrapper = c
+        .args([
+            "--cluster",
+            "--redis-url",
+            &cluster.seed(),
+            "-k",
+            "lock:migrating",
+            "--ttl",
+            "3s",
+            "--",
+            "sleep",
+            "4",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || from.exists(key)));
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Move the key's slot (with the lock and its fence counter) to another node.
+    let slot: i64 = from.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
+    let slot = slot.to_string();
+    let from_id: String = from.cmd(&[b"CLUSTER", b"MYID"]);
+    let to_id: String = to.cmd(&[b"CLUSTER", b"MYID"]);
+    to.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
+    from.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
+    let keys: Vec<Vec<u8>> = from.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot.as_bytes(), b"100"]);
+    let port = to.port.to_string();
+    let mut migrate: Vec<&[u8]> =
+        vec![b"MIGRATE", b"127.0.0.1", port.as_bytes(), b"", b"0", b"5000", b"KEYS"];
+    migrate.extend(keys.iter().map(|k| k.as_slice()));
+    from.cmd::<()>(&migrate);
+    for node in &cluster.nodes {
+        node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
+    }
+    assert!(to.exists(key), "the lock moved with its slot");
+
+    let out = wait_output(wrapper, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "renewal followed MOVED: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!to.exists(key), "released on the new node");
+}
