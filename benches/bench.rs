@@ -41,8 +41,11 @@ fn main() {
     println!("{}\n", machine());
 
     let mut out = String::new();
-    overhead(&url, &dir, runs, &mut out);
-    handoff(&url, &dir, runs, &mut out);
+    // Three more independent masters for the Redlock rows.
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let quorum: Vec<String> = masters.iter().map(RedisServer::url).collect();
+    overhead(&url, &quorum, &dir, runs, &mut out);
+    handoff(std::slice::from_ref(&url), &quorum, &dir, runs, &mut out);
     redis_cost(&redis, &mut out);
     memory(&url, &mut out);
     throughput(&url, &mut out);
@@ -117,7 +120,7 @@ fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
     (percentile(&v, 0.5), percentile(&v, 0.95), percentile(&v, 0.99))
 }
 
-fn overhead(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
+fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     let lockfile = dir.path().join("flock");
     let mut variants: Vec<(&str, MakeCommand)> = vec![
         (
@@ -137,6 +140,14 @@ fn overhead(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
             }),
         ),
         ("true", Box::new(|| Command::new("true"))),
+        (
+            "redlock-run (Redlock, 3 nodes) -- true",
+            Box::new(move || {
+                let mut c = Command::new(BIN);
+                c.args(url_args(quorum)).args(["--key", "bench:overhead", "--", "true"]);
+                c
+            }),
+        ),
     ];
     let etcd = etcd_endpoint(dir.path());
     if let Some((endpoint, _)) = &etcd {
@@ -174,7 +185,7 @@ fn overhead(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     }
     out.push_str(&format!("\nredlock-run / flock, median of per-pair ratios: **{ratio:.2}**\n"));
     if etcd.is_some() {
-        let etcd_ratio = summary(samples[3].iter().zip(&samples[0]).map(|(e, r)| e / r).collect()).0;
+        let etcd_ratio = summary(samples[4].iter().zip(&samples[0]).map(|(e, r)| e / r).collect()).0;
         out.push_str(&format!(
             "etcdctl lock / redlock-run, median of per-pair ratios: **{etcd_ratio:.2}**\n"
         ));
@@ -229,20 +240,27 @@ fn read_stamp(path: &Path) -> i128 {
     std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
 
-fn handoff(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
+fn url_args(urls: &[String]) -> Vec<String> {
+    urls.iter().flat_map(|u| ["--redis-url".to_owned(), u.clone()]).collect()
+}
+
+/// Handoff gaps in ms between a holder's command ending and a waiter's command starting.
+fn handoff_gaps(urls: &[String], dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
     let (end, start) = (dir.path().join("end"), dir.path().join("start"));
     let mut gaps = Vec::new();
     for _ in 0..runs {
         let _ = std::fs::remove_file(&end);
         let _ = std::fs::remove_file(&start);
         let mut holder = Command::new(BIN)
-            .args(["--redis-url", url, "--key", "bench:handoff", "--"])
+            .args(url_args(urls))
+            .args(["--key", "bench:handoff", "--"])
             .args(stamp_cmd(&end, Some(30)))
             .spawn()
             .expect("holder");
         std::thread::sleep(Duration::from_millis(8));
         let mut waiter = Command::new(BIN)
-            .args(["--redis-url", url, "--key", "bench:handoff", "--wait", "10s", "--"])
+            .args(url_args(urls))
+            .args(["--key", "bench:handoff", "--wait", "10s", "--"])
             .args(stamp_cmd(&start, None))
             .spawn()
             .expect("waiter");
@@ -250,9 +268,19 @@ fn handoff(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
         assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
         gaps.push((read_stamp(&start) - read_stamp(&end)) as f64 / 1e6);
     }
-    let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
-    let (p50, p95, p99) = summary(gaps);
+    gaps
+}
+
+fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
+    let mut rows = String::new();
+    for (label, urls, n) in [("one Redis", single, runs), ("Redlock, 3 nodes", quorum, runs / 2)] {
+        let gaps = handoff_gaps(urls, dir, n);
+        let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
+        let (p50, p95, p99) = summary(gaps);
+        rows.push_str(&format!("| {label} | {n} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n"));
+    }
     // The part of the handoff that is the next command's own exec and start-up.
+    let start = dir.path().join("start");
     let mut spawn = Vec::new();
     for _ in 0..runs.min(100) {
         let _ = std::fs::remove_file(&start);
@@ -263,10 +291,10 @@ fn handoff(url: &str, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     }
     let (spawn_p50, _, _) = summary(spawn);
     out.push_str(&format!(
-        "## Handoff latency ({runs} handoffs)\n\nFrom the holder's command writing its last timestamp to the waiting wrapper's command \
+        "## Handoff latency\n\nFrom the holder's command writing its last timestamp to the waiting wrapper's command \
          writing its first (includes the holder's exit and reaping, the release, the announcement, the waiter's acquire, and \
-         the spawn and start-up of the next command).\n\n| median | p95 | p99 | overlaps |\n|---|---|---|---|\n\
-         | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n\n\
+         the spawn and start-up of the next command).\n\n| Redis | handoffs | median | p95 | p99 | overlaps |\n\
+         |---|---|---|---|---|---|\n{rows}\n\
          For reference, spawning the same command directly until it writes its timestamp takes {spawn_p50:.2} ms \
          (median) on this machine; the lock's own share of the handoff is the difference.\n\n"
     ));

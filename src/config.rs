@@ -57,12 +57,27 @@ pub struct RedisConfig {
     pub command_timeout: Duration,
 }
 
-/// Single node, the master a Sentinel names, or a Cluster.
+/// Single node, the master a Sentinel names, a Cluster, or a Redlock quorum of independent
+/// masters.
 #[derive(Debug, Clone)]
 pub enum Topology {
     Single,
     Sentinel { sentinels: Vec<String>, master: String },
     Cluster { seeds: Vec<String> },
+    Quorum { urls: Vec<String> },
+}
+
+impl RedisConfig {
+    /// One configuration per connection to make: the quorum's nodes, or this one.
+    pub fn nodes(&self) -> Vec<RedisConfig> {
+        match &self.topology {
+            Topology::Quorum { urls } => urls
+                .iter()
+                .map(|url| RedisConfig { url: url.clone(), topology: Topology::Single, ..self.clone() })
+                .collect(),
+            _ => vec![self.clone()],
+        }
+    }
 }
 
 /// TLS material, read from the files at start-up.
@@ -181,10 +196,9 @@ fn redis_config(
         Topology::Cluster { seeds: urls.clone() }
     } else if let Some(master) = &args.sentinel_master {
         Topology::Sentinel { sentinels: args.sentinel.clone(), master: master.clone() }
+    } else if urls.len() > 1 {
+        Topology::Quorum { urls: urls.clone() }
     } else {
-        if urls.len() > 1 {
-            return Err(usage("several --redis-url values are seed nodes of a cluster: add --cluster"));
-        }
         Topology::Single
     };
     if matches!(topology, Topology::Sentinel { .. }) && urls.len() > 1 {
@@ -315,12 +329,23 @@ impl Config {
         // inside the slack between a renewal and the point where the command must be stopped,
         // leaving room for retries.
         let slack = room - renew_every - kill_grace;
-        let redis = redis_config(
+        let mut redis = redis_config(
             &cli.redis,
             (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5)),
             (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2)),
             Some(slack),
         )?;
+        if let Topology::Quorum { .. } = redis.topology {
+            // Redlock: a node that does not answer quickly is skipped, not waited for, so that
+            // most of the lease is left when a majority has granted it.
+            let per_node = (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(50));
+            if cli.redis.command_timeout.is_none() {
+                redis.command_timeout = per_node;
+            }
+            if cli.redis.connect_timeout.is_none() {
+                redis.connect_timeout = per_node;
+            }
+        }
 
         Ok(Config {
             key,

@@ -12,11 +12,66 @@ use crate::lock::{Conn, Holder, Keys, Success, rfc3339_ms, show_key};
 const FREE: u8 = 1;
 
 pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
-    let mut conn = Conn::new(redis)?;
     let keys = Keys::new(key);
-    let snap = admin::snapshot(&mut conn, &keys)
-        .await
-        .map_err(|f| f.into_error(&format!("reading lock {} at {}", show_key(key), conn.target)))?;
+    let nodes = redis.nodes();
+    let mut held_on = 0;
+    let mut texts = Vec::new();
+    let mut values = Vec::new();
+    for node in &nodes {
+        let mut conn = Conn::new(node)?;
+        let snap = admin::snapshot(&mut conn, &keys)
+            .await
+            .map_err(|f| f.into_error(&format!("reading lock {} at {}", show_key(key), conn.target)))?;
+        let (text, value, held) = describe(key, &snap, json);
+        held_on += usize::from(held);
+        if nodes.len() > 1 {
+            texts.push(format!("on {}:\n{}", conn.target, indent(&text)));
+        } else {
+            texts.push(text);
+        }
+        values.push((conn.target.clone(), value));
+    }
+    // With a Redlock quorum the lock is held when a majority of nodes hold it.
+    let quorum = nodes.len() / 2 + 1;
+    let held = held_on >= quorum;
+    let out = match (json, values.len()) {
+        (true, 1) => format!("{}\n", values.remove(0).1),
+        (true, _) => {
+            let nodes: Vec<_> = values
+                .into_iter()
+                .map(|(target, mut v)| {
+                    v["target"] = serde_json::Value::String(target);
+                    v
+                })
+                .collect();
+            let all = serde_json::json!({
+                "key": String::from_utf8_lossy(key),
+                "held": held,
+                "held_on": held_on,
+                "quorum": nodes.len() / 2 + 1,
+                "nodes": nodes,
+            });
+            format!("{all}\n")
+        }
+        (false, 1) => texts.remove(0),
+        (false, n) => format!(
+            "lock {}: {} ({held_on} of {n} nodes hold it, {} needed)\n{}",
+            show_key(key),
+            if held { "held" } else { "free" },
+            n / 2 + 1,
+            texts.concat()
+        ),
+    };
+    print_out(&out)?;
+    Ok(if held { 0 } else { FREE })
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+/// One node's view: text, JSON, and whether the key exists there.
+fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_json::Value, bool) {
     let held = snap.kind != "none";
     let holder = snap.value.as_deref().and_then(Holder::parse);
     let records: Vec<(String, Option<Success>)> = snap
@@ -25,7 +80,7 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
         .map(|(id, value)| (String::from_utf8_lossy(id).into_owned(), Success::parse(value)))
         .collect();
 
-    let text = if json {
+    if json {
         let holder_json = holder.as_ref().map(|h| {
             serde_json::json!({
                 "host": h.host,
@@ -58,8 +113,9 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
             "idempotency_records": records_json,
             "more_idempotency_records": snap.more_records,
         });
-        format!("{out}\n")
-    } else {
+        return (String::new(), out, held);
+    }
+    let text = {
         let mut t = String::new();
         let name = show_key(key);
         match (&holder, held) {
@@ -99,32 +155,33 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
         }
         t
     };
-    print_out(&text)?;
-    Ok(if held { 0 } else { FREE })
+    (text, serde_json::Value::Null, held)
 }
 
 pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
-    let mut conn = Conn::new(redis)?;
     let keys = Keys::new(key);
-    let forced = admin::force_release(&mut conn, &keys)
-        .await
-        .map_err(|f| f.into_error(&format!("releasing lock {} at {}", show_key(key), conn.target)))?;
     let name = show_key(key);
-    match forced {
-        Forced::Deleted(value) => {
-            let whose = match Holder::parse(&value) {
-                Some(h) => format!("held by {}", h.describe()),
-                None => "held by a value not written by redlock-run".to_owned(),
-            };
-            tracing::warn!(key = %key.escape_ascii(), "released by force");
-            print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
-            Ok(0)
-        }
-        Forced::Free => {
-            print_out(&format!("lock {name} was not held; nothing to release\n"))?;
-            Ok(FREE)
+    let mut released = Vec::new();
+    for node in redis.nodes() {
+        let mut conn = Conn::new(&node)?;
+        let forced = admin::force_release(&mut conn, &keys)
+            .await
+            .map_err(|f| f.into_error(&format!("releasing lock {name} at {}", conn.target)))?;
+        if let Forced::Deleted(value) = forced {
+            released.push(value);
         }
     }
+    let Some(value) = released.first() else {
+        print_out(&format!("lock {name} was not held; nothing to release\n"))?;
+        return Ok(FREE);
+    };
+    let whose = match Holder::parse(value) {
+        Some(h) => format!("held by {}", h.describe()),
+        None => "held by a value not written by redlock-run".to_owned(),
+    };
+    tracing::warn!(key = %key.escape_ascii(), "released by force");
+    print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
+    Ok(0)
 }
 
 fn print_out(text: &str) -> Result<(), Error> {

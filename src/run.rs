@@ -47,8 +47,15 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
-    let conn = Conn::new(&config.redis)?;
-    let mut lock = Lock::new(conn, &config.key, config.ttl, config.idempotency.as_ref())
+    let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
+    if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
+        tracing::warn!(
+            nodes = nodes.len(),
+            "Redlock over {} nodes: use an odd number, at least 3, so that a majority survives a failure",
+            nodes.len()
+        );
+    }
+    let mut lock = Lock::new(nodes, &config.key, config.ttl, config.idempotency.as_ref())
         .map_err(|f| f.into_error("preparing the lock"))?;
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();

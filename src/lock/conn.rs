@@ -121,7 +121,8 @@ impl Conn {
     /// Checks the configuration; connects lazily on the first request.
     pub fn new(redis: &RedisConfig) -> Result<Self, Error> {
         let target = match &redis.topology {
-            Topology::Single => redact_url(&redis.url),
+            // A quorum's nodes each get a connection of their own (RedisConfig::nodes).
+            Topology::Single | Topology::Quorum { .. } => redact_url(&redis.url),
             Topology::Sentinel { master, sentinels } => {
                 format!("master {master:?} of Sentinel {}", sentinels.join(","))
             }
@@ -240,7 +241,7 @@ impl Conn {
     async fn link(&mut self) -> Result<&mut Link, Fault> {
         if self.link.is_none() {
             let link = match self.topology.clone() {
-                Topology::Single => {
+                Topology::Single | Topology::Quorum { .. } => {
                     let client = make_client(self.info.clone(), self.tls.as_ref())
                         .map_err(|e| Fault::from_redis(&e))?;
                     self.connect_node(client).await?

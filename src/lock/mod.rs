@@ -10,6 +10,8 @@ mod values;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use rand::TryRng;
 use redis::Value;
 
@@ -46,9 +48,13 @@ pub enum Released {
     NotOurs,
 }
 
-/// One lock owner: the connection, the key names and the value that proves ownership.
+/// One lock owner: the connections, the key names and the value that proves ownership.
+///
+/// With one node this is the plain lease lock. With N independent masters (Redlock) every
+/// operation goes to all of them in parallel and counts as done when a majority agrees:
+/// ⌊N/2⌋+1 for the lock, the same for each renewal.
 pub struct Lock {
-    conn: Conn,
+    nodes: Vec<Conn>,
     keys: Keys,
     value: String,
     ttl: Duration,
@@ -56,21 +62,41 @@ pub struct Lock {
     record: Option<(Vec<u8>, Duration)>,
 }
 
+/// One node's answer to an acquisition.
+enum NodeAcquired {
+    Granted(i64),
+    Busy { pttl: Option<Duration>, holder: Vec<u8> },
+    Done(Vec<u8>),
+}
+
 impl Lock {
     pub fn new(
-        conn: Conn,
+        nodes: Vec<Conn>,
         key: &[u8],
         ttl: Duration,
         idempotency: Option<&Idempotency>,
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock { conn, keys, value: owner_value()?, ttl, record })
+        Ok(Lock { nodes, keys, value: owner_value()?, ttl, record })
     }
 
-    /// Subscribes to the announcement of this lock's release (for waiters).
+    /// How many nodes must agree.
+    pub fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Subscribes to the announcement of this lock's release (for waiters), on the first node
+    /// that accepts: every node announces each release.
     pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
-        self.conn.subscribe(&self.keys.released_channel).await
+        let mut last = Fault::Unavailable("no node to subscribe to".into());
+        for node in &mut self.nodes {
+            match node.subscribe(&self.keys.released_channel).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// The value stored at the key: `<token> <host> <pid> <start unix ms>`.
@@ -83,80 +109,222 @@ impl Lock {
         &self.value[..8]
     }
 
-    pub fn target(&self) -> &str {
-        &self.conn.target
+    /// Where the lock lives, for messages.
+    pub fn target(&self) -> String {
+        self.nodes.iter().map(|n| n.target.as_str()).collect::<Vec<_>>().join(", ")
     }
 
+    /// One attempt on every node at once, decided as soon as a majority granted or can no
+    /// longer grant. The lease counts from just before the requests went out, so the time the
+    /// slowest needed node took is already spent. What a failed attempt took is given back.
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
-        let mut script = scripts::ACQUIRE.key(&self.keys.lock);
-        script.key(&self.keys.fence);
-        if let Some((record, _)) = &self.record {
-            script.key(record);
-        }
-        script.arg(&self.value).arg(millis(self.ttl)).arg(millis(FENCE_TTL.max(self.ttl * 2)));
+        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let Lock { nodes, keys, value, ttl, record } = self;
+        let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
-        let reply: Vec<Value> = self.conn.invoke(&script).await?;
-        let unexpected =
-            || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
-        match reply.first() {
-            Some(Value::Int(1)) => {
-                let fence = as_int(reply.get(1)).ok_or_else(unexpected)?;
-                Ok(Acquired::Yes { fence, lease: Lease::new(sent, self.ttl) })
+        let mut pending: FuturesUnordered<_> = nodes
+            .iter_mut()
+            .enumerate()
+            .map(|(i, node)| async move { (i, acquire_on(node, keys, value, ttl, record).await) })
+            .collect();
+        let mut granted_by: Vec<usize> = Vec::new();
+        let mut fence = i64::MIN;
+        let mut busy: Vec<(Option<Duration>, Vec<u8>)> = Vec::new();
+        let mut faults: Vec<Fault> = Vec::new();
+        let mut done = None;
+        while let Some((i, answer)) = pending.next().await {
+            match answer {
+                Ok(NodeAcquired::Granted(f)) => {
+                    granted_by.push(i);
+                    fence = fence.max(f);
+                }
+                Ok(NodeAcquired::Busy { pttl, holder }) => busy.push((pttl, holder)),
+                Ok(NodeAcquired::Done(r)) => done = Some(r),
+                Err(f) => faults.push(f),
             }
-            Some(Value::Int(0)) => {
-                let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
-                let holder = as_bytes(reply.get(2));
-                let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-                Ok(Acquired::Busy { pttl, holder })
+            let refused = busy.len() + faults.len();
+            if granted_by.len() >= quorum || done.is_some() || n - refused < quorum {
+                break;
             }
-            Some(Value::Int(2)) => Ok(Acquired::AlreadyDone { record: as_bytes(reply.get(1)) }),
-            Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
-                "key {} holds a value of type {}, not a lock; it was left untouched",
-                show_key(&self.keys.lock),
-                as_text(reply.get(1))
-            ))),
-            Some(Value::Int(-2)) => Err(Fault::WrongType(format!(
-                "fence counter {} is not an integer ({}); it was left untouched and the lock not taken",
-                show_key(&self.keys.fence),
-                as_text(reply.get(1))
-            ))),
-            _ => Err(unexpected()),
         }
+        drop(pending);
+        let granted = granted_by.len();
+        if granted >= quorum && done.is_none() {
+            if n == 1 || self.raise_fence(&granted_by, fence).await >= quorum {
+                return Ok(Acquired::Yes { fence, lease: Lease::new(sent, self.ttl) });
+            }
+            faults.push(Fault::Unavailable("could not raise the fence counter on a majority".into()));
+        }
+        if n > 1 {
+            // Nodes that granted, or may still grant an abandoned request, are released; the
+            // caller retries as it sees fit.
+            let _ = self.release(Duration::ZERO, false).await;
+        }
+        if let Some(record) = done {
+            return Ok(Acquired::AlreadyDone { record });
+        }
+        if busy.len() > n - quorum || (faults.is_empty() && !busy.is_empty()) {
+            let soonest = busy.iter().min_by_key(|(pttl, _)| pttl.unwrap_or(Duration::MAX)).cloned();
+            let (pttl, holder) = soonest.expect("busy is not empty");
+            return Ok(Acquired::Busy { pttl, holder });
+        }
+        Err(worst(faults))
     }
 
-    /// Extends the lease if the key still holds our value. `Ok(false)`: it does not (lost).
+    /// Redlock: raises the fence counter on the nodes that granted to the fence handed out;
+    /// returns on how many it was confirmed. (The nodes' counters drift apart otherwise, and a
+    /// later majority could hand out a lower fence.)
+    async fn raise_fence(&mut self, granted_by: &[usize], fence: i64) -> usize {
+        let Lock { nodes, keys, ttl, .. } = self;
+        let mut script = scripts::RAISE_FENCE.key(&keys.fence);
+        script.arg(fence).arg(millis(FENCE_TTL.max(*ttl * 2)));
+        let raised = futures_util::future::join_all(
+            nodes
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| granted_by.contains(i))
+                .map(|(_, node)| node.invoke::<i64>(&script)),
+        )
+        .await;
+        raised.iter().filter(|r| matches!(r, Ok(1))).count()
+    }
+
+    /// Extends the lease if the key still holds our value on a majority. `Ok(false)`: it does
+    /// not, and cannot (lost).
     pub async fn renew(&mut self) -> Result<bool, Fault> {
-        let n: i64 = self
-            .conn
-            .invoke(scripts::RENEW.key(&self.keys.lock).arg(&self.value).arg(millis(self.ttl)))
-            .await?;
-        Ok(n == 1)
+        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let Lock { nodes, keys, value, ttl, .. } = self;
+        let mut script = scripts::RENEW.key(&keys.lock);
+        script.arg(value.as_str()).arg(millis(*ttl));
+        let mut pending: FuturesUnordered<_> =
+            nodes.iter_mut().map(|node| node.invoke::<i64>(&script)).collect();
+        let (mut renewed, mut lost) = (0, 0);
+        let mut faults = Vec::new();
+        while let Some(answer) = pending.next().await {
+            match answer {
+                Ok(1) => renewed += 1,
+                Ok(_) | Err(Fault::WrongType(_)) => lost += 1,
+                Err(f) => faults.push(f),
+            }
+            if renewed >= quorum {
+                return Ok(true);
+            }
+            if lost > n - quorum {
+                return Ok(false);
+            }
+        }
+        Err(if faults.is_empty() {
+            Fault::Unavailable(format!("renewed on {renewed} of {n} nodes, {quorum} needed"))
+        } else {
+            worst(faults)
+        })
     }
 
-    /// Deletes the key if it still holds our value and tells waiters — or, with `keep`, lets it
-    /// live that much longer (`--min-hold`). With `succeeded` and `--idempotency-key`, records
-    /// the success in the same round trip.
+    /// Deletes the key on every node where it still holds our value and tells waiters — or,
+    /// with `keep`, lets it live that much longer (`--min-hold`). With `succeeded` and
+    /// `--idempotency-key`, records the success in the same round trip.
     pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<Released, Fault> {
-        let mut script = scripts::RELEASE.key(&self.keys.lock);
-        let record = self.record.as_ref().filter(|_| succeeded);
-        if let Some((key, _)) = record {
-            script.key(key);
+        let Lock { nodes, keys, value, record, .. } = self;
+        let record = record.as_ref().filter(|_| succeeded);
+        let answers = futures_util::future::join_all(
+            nodes.iter_mut().map(|node| release_on(node, keys, value, keep, record)),
+        )
+        .await;
+        let mut faults = Vec::new();
+        let mut outcome = None;
+        for answer in answers {
+            match answer {
+                Ok(Released::Deleted) => outcome = Some(Released::Deleted),
+                Ok(Released::Kept) if outcome != Some(Released::Deleted) => outcome = Some(Released::Kept),
+                Ok(r) => {
+                    outcome.get_or_insert(r);
+                }
+                Err(f) => faults.push(f),
+            }
         }
-        script.arg(&self.value).arg(&self.keys.released_channel).arg(millis(keep));
-        if let Some((_, ttl)) = record {
-            script.arg(success_value()).arg(millis(*ttl));
+        match outcome {
+            Some(Released::NotOurs) | None if !faults.is_empty() => Err(worst(faults)),
+            Some(r) => Ok(r),
+            None => Err(Fault::Internal("no node to release on".into())),
         }
-        let reply: Vec<Value> = self.conn.invoke(&script).await?;
-        match reply.get(1) {
-            Some(Value::Int(0)) | None => {}
-            error => tracing::warn!("could not record the success of --idempotency-key: {}", as_text(error)),
+    }
+}
+
+/// The fault that best explains a failure on several nodes: a mistake to fix before an outage.
+fn worst(faults: Vec<Fault>) -> Fault {
+    let rank = |f: &Fault| match f {
+        Fault::WrongType(_) => 0,
+        Fault::Config(_) => 1,
+        Fault::Denied(_) => 2,
+        Fault::Internal(_) => 3,
+        Fault::Failed(_) => 4,
+        Fault::Unavailable(_) => 5,
+    };
+    faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
+}
+
+async fn acquire_on(
+    node: &mut Conn,
+    keys: &Keys,
+    value: &str,
+    ttl: Duration,
+    record: Option<&(Vec<u8>, Duration)>,
+) -> Result<NodeAcquired, Fault> {
+    let mut script = scripts::ACQUIRE.key(&keys.lock);
+    script.key(&keys.fence);
+    if let Some((record, _)) = record {
+        script.key(record);
+    }
+    script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
+    let reply: Vec<Value> = node.invoke(&script).await?;
+    let unexpected = || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
+    match reply.first() {
+        Some(Value::Int(1)) => Ok(NodeAcquired::Granted(as_int(reply.get(1)).ok_or_else(unexpected)?)),
+        Some(Value::Int(0)) => {
+            let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
+            let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+            Ok(NodeAcquired::Busy { pttl, holder: as_bytes(reply.get(2)) })
         }
-        match reply.first() {
-            Some(Value::Int(1)) => Ok(Released::Deleted),
-            Some(Value::Int(2)) => Ok(Released::Kept),
-            Some(Value::Int(0)) => Ok(Released::NotOurs),
-            _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
-        }
+        Some(Value::Int(2)) => Ok(NodeAcquired::Done(as_bytes(reply.get(1)))),
+        Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
+            "key {} holds a value of type {}, not a lock; it was left untouched",
+            show_key(&keys.lock),
+            as_text(reply.get(1))
+        ))),
+        Some(Value::Int(-2)) => Err(Fault::WrongType(format!(
+            "fence counter {} is not an integer ({}); it was left untouched and the lock not taken",
+            show_key(&keys.fence),
+            as_text(reply.get(1))
+        ))),
+        _ => Err(unexpected()),
+    }
+}
+
+async fn release_on(
+    node: &mut Conn,
+    keys: &Keys,
+    value: &str,
+    keep: Duration,
+    record: Option<&(Vec<u8>, Duration)>,
+) -> Result<Released, Fault> {
+    let mut script = scripts::RELEASE.key(&keys.lock);
+    if let Some((key, _)) = record {
+        script.key(key);
+    }
+    script.arg(value).arg(&keys.released_channel).arg(millis(keep));
+    if let Some((_, ttl)) = record {
+        script.arg(success_value()).arg(millis(*ttl));
+    }
+    let reply: Vec<Value> = node.invoke(&script).await?;
+    match reply.get(1) {
+        Some(Value::Int(0)) | None => {}
+        error => tracing::warn!("could not record the success of --idempotency-key: {}", as_text(error)),
+    }
+    match reply.first() {
+        Some(Value::Int(1)) => Ok(Released::Deleted),
+        Some(Value::Int(2)) => Ok(Released::Kept),
+        Some(Value::Int(0)) => Ok(Released::NotOurs),
+        _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
     }
 }
 

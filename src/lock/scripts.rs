@@ -136,3 +136,18 @@ return {1, value}
 "#,
     )
 });
+
+/// KEYS: fence. ARGV: fence, fence ttl ms. Redlock: raises a node's fence counter to the fence
+/// handed to the command (never lowers it), so that any later majority, which shares a node
+/// with this one, hands out a higher fence. → 1.
+pub static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+"#,
+    )
+});

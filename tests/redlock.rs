@@ -1,0 +1,227 @@
+//! Redlock: the lock on a majority of independent masters (SPEC §10).
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+/// The wrapper pointed at every node (one --redis-url each).
+fn quorum(nodes: &[RedisServer]) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
+            cmd.env_remove(name);
+        }
+    }
+    for node in nodes {
+        cmd.args(["--redis-url", &node.url()]);
+    }
+    cmd
+}
+
+fn held_on(nodes: &[RedisServer], key: &[u8]) -> usize {
+    nodes.iter().filter(|n| n.exists(key)).count()
+}
+
+#[test]
+fn three_nodes_twenty_wrappers_exactly_one_runs() {
+    let nodes = nodes(3);
+    let dir = tmp();
+    let (marker, release) = (file(&dir, "ran"), file(&dir, "release"));
+    let mut children: Vec<_> = (0..20)
+        .map(|_| {
+            quorum(&nodes)
+                .args([
+                    "-k",
+                    "lock:rl",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.01; done",
+                    "sh",
+                ])
+                .arg(&marker)
+                .arg(&release)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut codes = vec![None; children.len()];
+    let settled = wait_until(Duration::from_secs(20), || {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                *code = c.try_wait().unwrap().map(|s| s.code().unwrap());
+            }
+        }
+        codes.iter().flatten().count() == 19
+    });
+    std::fs::write(&release, "").unwrap();
+    for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+        if code.is_none() {
+            *code = wait_bounded(c, LIMIT).code();
+        }
+    }
+    assert!(settled, "{codes:?}");
+    let codes: Vec<i32> = codes.into_iter().map(Option::unwrap).collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|&&c| c == 75).count(), 19, "{codes:?}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
+    assert_eq!(held_on(&nodes, b"lock:rl"), 0, "released everywhere");
+}
+
+#[test]
+fn one_node_down_or_frozen_does_not_matter() {
+    let mut nodes = nodes(3);
+    nodes[0].stop();
+    let r = run(quorum(&nodes).args(["-k", "lock:down1", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+
+    let nodes = self::nodes(3);
+    nodes[1].freeze();
+    let r = run(quorum(&nodes).args(["-k", "lock:frozen1", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // Bounded by the per-node timeout (50 ms at the default TTL), not a TCP timeout.
+    assert!(r.elapsed < Duration::from_secs(1), "took {:?}", r.elapsed);
+    nodes[1].thaw();
+}
+
+#[test]
+fn two_of_three_down_is_unavailable_and_leaves_nothing() {
+    let mut nodes = nodes(3);
+    nodes[0].stop();
+    nodes[1].stop();
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let r = run(quorum(&nodes).args(["-k", "lock:down2", "--", "touch"]).arg(&marker), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!marker.exists(), "nothing ran");
+    assert!(!nodes[2].exists(b"lock:down2"), "nothing left behind on the live node");
+
+    let nodes = self::nodes(3);
+    for n in &nodes[..2] {
+        n.cmd::<()>(&[b"SET", b"lock:busy2", b"someone", b"PX", b"60000"]);
+    }
+    let r = run(quorum(&nodes).args(["-k", "lock:busy2", "--", "touch"]).arg(&marker), LIMIT);
+    assert_eq!(r.code, 75, "a majority holds it: {}", r.stderr);
+    assert!(!marker.exists());
+    assert!(!nodes[2].exists(b"lock:busy2"), "the one node that granted was given back");
+}
+
+#[test]
+fn renewal_keeps_a_majority_and_stops_without_one() {
+    let mut nodes = nodes(3);
+    let wrapper = quorum(&nodes)
+        .args(["-k", "lock:renewq", "--ttl", "2s", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:renewq") == 3));
+    nodes[0].stop();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(held_on(&nodes[1..], b"lock:renewq") == 2, "still renewed on the two left after a TTL");
+    nodes[1].stop();
+    let out = wait_output(wrapper, LIMIT);
+    assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn contended_counter_over_five_nodes_loses_nothing() {
+    let nodes = nodes(5);
+    let dir = tmp();
+    let counter = file(&dir, "counter");
+    std::fs::write(&counter, "0\n").unwrap();
+    let urls: Vec<String> = nodes.iter().map(|n| format!("--redis-url {}", n.url())).collect();
+    let script = "n=$(cat \"$COUNTER\"); sleep 0.01; echo $((n + 1)) > \"$COUNTER\"";
+    let loop_script = format!(
+        "for i in 1 2 3; do \"$BIN\" {} -k lock:counter5 --wait 60s -- sh -c '{script}' || exit 1; done",
+        urls.join(" ")
+    );
+    let children: Vec<_> = (0..20)
+        .map(|_| {
+            Command::new("sh")
+                .args(["-c", &loop_script])
+                .env("BIN", BIN)
+                .env("COUNTER", &counter)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let out = wait_output(c, LIMIT);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(std::fs::read_to_string(&counter).unwrap().trim(), "60");
+}
+
+#[test]
+fn five_nodes_with_two_frozen_still_lock() {
+    let nodes = nodes(5);
+    nodes[0].freeze();
+    nodes[3].freeze();
+    let r = run(quorum(&nodes).args(["-k", "lock:frozen2", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    let fence: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
+    assert!(fence > 0);
+    for n in &nodes {
+        n.thaw();
+    }
+}
+
+#[test]
+fn fence_is_the_highest_granted_and_status_counts_nodes() {
+    let nodes = nodes(3);
+    // One node's counter is far ahead. A run on a majority that includes it gets that fence;
+    // a later run on a majority without it must still get a higher one.
+    nodes[2].cmd::<()>(&[b"SET", b"{lock:fq}:fence", b"9000000000000000"]);
+    let fence_of = |nodes: &[RedisServer]| -> u64 {
+        let r = run(quorum(nodes).args(["-k", "lock:fq", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        String::from_utf8_lossy(&r.stdout).trim().parse().unwrap()
+    };
+    nodes[0].freeze();
+    let first = fence_of(&nodes);
+    nodes[0].thaw();
+    assert_eq!(first, 9_000_000_000_000_001, "the highest counter of the majority that granted");
+    nodes[2].freeze();
+    let second = fence_of(&nodes);
+    nodes[2].thaw();
+    assert!(second > first, "monotonic across different majorities: {first} then {second}");
+
+    let holder = quorum(&nodes).args(["-k", "lock:fq", "--", "sleep", "5"]).spawn().expect("spawn");
+    // Decided as soon as a majority granted: the third node may or may not have it.
+    assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:fq") >= 2));
+    let mut status = Command::new(BIN);
+    status.args(["status", "--key", "lock:fq", "--json"]);
+    for n in &nodes {
+        status.args(["--redis-url", &n.url()]);
+    }
+    let s = run(&mut status, LIMIT);
+    assert_eq!(s.code, 0, "held on a majority: {}", s.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert!(v["held_on"].as_u64().unwrap() >= 2, "{v}");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 3);
+    let mut release = Command::new(BIN);
+    release.args(["release", "--key", "lock:fq", "--force"]);
+    for n in &nodes {
+        release.args(["--redis-url", &n.url()]);
+    }
+    assert_eq!(run(&mut release, LIMIT).code, 0);
+    assert_eq!(held_on(&nodes, b"lock:fq"), 0, "released on every node");
+    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0), "too short to notice at renewal");
+
+    let even = run(quorum(&nodes[..2]).args(["-k", "lock:even", "--", "true"]), LIMIT);
+    assert_eq!(even.code, 0, "{}", even.stderr);
+    assert!(even.stderr.contains("odd number"), "warns on an even count: {}", even.stderr);
+}
