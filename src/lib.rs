@@ -1,6 +1,6 @@
 //! redlock-run: run a command under a Redis lease lock, one machine at a time.
 //!
-//! Data flows one way: command line (`cli`) → validated [`config::Config`] → the lock in Redis
+//! Data flows one way: command line (`cli`) → validated `config::Config` → the lock in Redis
 //! (`lock`) and the supervised command (`child`, `supervise`) → an exit status (`exit`).
 
 mod acquire;

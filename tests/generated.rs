@@ -44,6 +44,15 @@ fn completions_and_man_page_match_the_cli() {
     let mut man = Vec::new();
     clap_mangen::Man::new(Cli::command()).render(&mut man).unwrap();
     stale.extend(check("man/redlock-run.1", &man));
+    // One page per subcommand, as git does (redlock-run-status(1), …).
+    let command = Cli::command();
+    for sub in command.get_subcommands() {
+        // clap names take &'static str; a test can afford to leak two short strings.
+        let name: &'static str = Box::leak(format!("redlock-run-{}", sub.get_name()).into_boxed_str());
+        let mut page = Vec::new();
+        clap_mangen::Man::new(sub.clone().name(name)).render(&mut page).unwrap();
+        stale.extend(check(&format!("man/{name}.1"), &page));
+    }
     assert!(
         stale.is_empty(),
         "{}\nregenerate with: UPDATE_GENERATED=1 cargo test --test generated",

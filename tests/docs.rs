@@ -1,0 +1,89 @@
+//! The README stays true: every recipe's command line runs as written (the job replaced by
+//! `true`, Redis by a test server), and every flag of `--help` is documented.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+const README: &str = include_str!("../README.md");
+
+/// The `redlock-run …` command lines of the Recipes section, one per recipe line.
+fn recipe_lines() -> Vec<String> {
+    let start = README.find("\n## Recipes").expect("README has a Recipes section");
+    let section = &README[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    section
+        .lines()
+        .filter_map(|line| {
+            let at = line.find("redlock-run ")?;
+            // Not prose: only code lines, which the README indents by four spaces.
+            line.starts_with("    ").then(|| line[at..].trim_end_matches(['"', ']']).to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn every_recipe_runs_as_written() {
+    let redis = RedisServer::start();
+    let lines = recipe_lines();
+    assert!(lines.len() >= 6, "found the recipes: {lines:#?}");
+    for line in &lines {
+        let (options, _job) = line.split_once(" -- ").unwrap_or_else(|| panic!("a command after --: {line}"));
+        // The K8s recipe quotes inside a JSON string; unescape its quotes for the shell.
+        let options = options.replace("\\\"", "\"").replacen("redlock-run", "\"$BIN\"", 1);
+        let script = format!("{options} -- true");
+        let dir = tmp();
+        let r = run(
+            Command::new("sh")
+                .args(["-c", &script])
+                .env("BIN", BIN)
+                .env("REDLOCK_REDIS_URL", redis.url())
+                .env("ENVIRONMENT", "staging")
+                .current_dir(dir.path()),
+            Duration::from_secs(30),
+        );
+        assert_eq!(r.code, 0, "recipe `{line}` as `{script}`: {}", r.stderr);
+    }
+}
+
+/// Long flags as clap prints them in `--help`.
+fn help_flags() -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    for args in [&["--help"][..], &["status", "--help"], &["release", "--help"]] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        assert!(out.status.success());
+        for word in
+            String::from_utf8_lossy(&out.stdout).split(|c: char| c.is_whitespace() || c == ',' || c == '[')
+        {
+            if let Some(flag) = word.trim_end_matches('.').strip_prefix("--")
+                && !flag.is_empty()
+                && flag.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+            {
+                flags.insert(format!("--{flag}"));
+            }
+        }
+    }
+    flags
+}
+
+#[test]
+fn every_flag_in_help_is_in_the_readme_and_the_man_page() {
+    let man: String = ["redlock-run", "redlock-run-status", "redlock-run-release"]
+        .iter()
+        .map(|page| std::fs::read_to_string(format!("{}/man/{page}.1", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .collect();
+    let flags = help_flags();
+    assert!(flags.len() >= 30 && flags.contains("--verbose"), "{flags:?}");
+    for flag in &flags {
+        if flag == "--help" || flag == "--version" {
+            continue;
+        }
+        assert!(README.contains(flag.as_str()), "{flag} is missing from README.md");
+        // roff escapes dashes as \-.
+        assert!(man.contains(&flag.replace('-', "\\-")), "{flag} is missing from the man page");
+    }
+}
