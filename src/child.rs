@@ -30,6 +30,8 @@ pub struct Child {
     sigchld: SignalStream,
     exit: Option<u8>,
     stopped: Option<Signal>,
+    /// Kills the group if the wrapper dies before it is dismissed.
+    guardian: Option<sys::Guardian>,
 }
 
 /// What [`Child::wait`] saw.
@@ -69,12 +71,15 @@ impl Child {
             spawn_error(program, &e)
         })?;
         let pid = Pid::from_raw(child.id() as i32);
+        let guardian = sys::Guardian::start(pid)
+            .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
+            .ok();
         if foreground {
             // Also done in the child; doing it here too closes the race with a command that
             // touches the terminal before the child's own call.
             sys::give_terminal_to(pid);
         }
-        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None })
+        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guardian })
     }
 
     /// Whether the command's group is the terminal's foreground group.
@@ -163,6 +168,9 @@ impl Drop for Child {
         // Whatever path leaves the wrapper, nothing of the command outlives it.
         if self.exit.is_none() || self.group_alive() {
             self.signal_group(Signal::SIGKILL);
+        }
+        if let Some(guardian) = self.guardian.take() {
+            guardian.dismiss();
         }
         if self.foreground && sys::terminal_group() == Some(self.pid) {
             sys::give_terminal_to(nix::unistd::getpgrp());

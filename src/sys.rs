@@ -70,3 +70,71 @@ pub fn prepare_child(cmd: &mut Command, foreground: bool) {
         });
     }
 }
+
+/// A small process that outlives the wrapper for one purpose: if the wrapper dies without
+/// saying goodbye (SIGKILL, the OOM killer), it kills the command's whole process group. The
+/// parent-death signal reaches only the command itself, not what the command started.
+pub struct Guardian {
+    /// Our end of the pipe: closed by the kernel when the wrapper dies.
+    write: std::os::fd::OwnedFd,
+}
+
+impl Guardian {
+    /// Forks the guardian of process group `pgid`.
+    pub fn start(pgid: Pid) -> io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (read_fd, write_fd) = (read.as_raw_fd(), write.as_raw_fd());
+        // SAFETY: the child only makes async-signal-safe system calls (close, dup2, setpgid,
+        // read, kill, _exit) and never returns into Rust code that could allocate or lock.
+        match unsafe { nix::unistd::fork() }? {
+            nix::unistd::ForkResult::Child => unsafe { guard(read_fd, write_fd, pgid.as_raw()) },
+            nix::unistd::ForkResult::Parent { .. } => {
+                drop(read);
+                Ok(Guardian { write })
+            }
+        }
+    }
+
+    /// The command's group is gone: the guardian may leave without doing anything.
+    pub fn dismiss(self) {
+        let _ = nix::unistd::write(&self.write, b"x");
+    }
+}
+
+/// The guardian's whole life, between fork and `_exit`.
+///
+/// # Safety
+/// Only to be called in a freshly forked child; it never returns.
+unsafe fn guard(read_fd: i32, write_fd: i32, pgid: i32) -> ! {
+    use nix::libc;
+    // SAFETY (whole block): plain system calls on file descriptors and process ids this
+    // process owns; all async-signal-safe.
+    unsafe {
+        libc::close(write_fd);
+        // Out of the wrapper's process group, so that signals meant for it pass by.
+        libc::setpgid(0, 0);
+        // Keep nothing open but the pipe (not stdout: a reader waiting for EOF must get it).
+        if libc::dup2(read_fd, 0) < 0 {
+            libc::_exit(1);
+        }
+        for fd in 1..1024 {
+            libc::close(fd);
+        }
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(0, (&raw mut byte).cast(), 1);
+            if n == 1 {
+                libc::_exit(0);
+            }
+            if n == 0 {
+                // EOF without goodbye: the wrapper died. Nothing of its command may live on.
+                libc::kill(-pgid, libc::SIGKILL);
+                libc::_exit(0);
+            }
+            if *libc::__errno_location() != libc::EINTR {
+                libc::_exit(1);
+            }
+        }
+    }
+}

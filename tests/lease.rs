@@ -258,17 +258,25 @@ fn the_command_dies_with_the_wrapper_and_the_key_expires() {
     let redis = RedisServer::start();
     let dir = tmp();
     let pidfile = file(&dir, "pid");
+    // A background job too: the parent-death signal reaches only the command itself; the
+    // guardian takes care of the rest of its group.
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:orphan", "--ttl", "2s", "--"])
-        .args(recorded("exec sleep 100"))
+        .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &pidfile)
         .spawn()
         .expect("spawn");
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
     let killed = Instant::now();
     assert!(wait_until(Duration::from_secs(1), || !process_alive(pid)), "the command outlived its wrapper");
+    assert!(
+        wait_until(Duration::from_secs(1), || group_members(pid).is_empty()),
+        "its background job outlived the wrapper: {:?}",
+        group_members(pid)
+    );
     assert!(
         wait_until(Duration::from_secs(3), || !redis.exists(b"lock:orphan")),
         "the key expired by itself"
