@@ -26,12 +26,7 @@ fn least_privilege_user(redis: &RedisServer, password: &str) {
 }
 
 fn as_user(url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = wrapper();
     cmd.env("REDLOCK_REDIS_URL", url);
     cmd
 }

@@ -31,15 +31,8 @@ fn twenty_wrappers_at_once_exactly_one_runs() {
                 .expect("spawn")
         })
         .collect();
-    let mut codes = vec![None; children.len()];
-    let settled = wait_until(Duration::from_secs(20), || {
-        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-            if code.is_none() {
-                *code = c.try_wait().unwrap().map(|s| s.code().expect("exit code"));
-            }
-        }
-        codes.iter().filter(|c| c.is_some()).count() == 19
-    });
+    let mut codes = settle(&mut children, 1, Duration::from_secs(20));
+    let settled = codes.iter().flatten().count() == 19;
     std::fs::write(&release, "").unwrap();
     for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
         if code.is_none() {

@@ -15,12 +15,7 @@ fn nodes(n: usize) -> Vec<RedisServer> {
 
 /// The wrapper pointed at every node (one --redis-url each).
 fn quorum(nodes: &[RedisServer]) -> Command {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
-            cmd.env_remove(name);
-        }
-    }
+    let mut cmd = wrapper();
     for node in nodes {
         cmd.args(["--redis-url", &node.url()]);
     }
@@ -55,15 +50,8 @@ fn three_nodes_twenty_wrappers_exactly_one_runs() {
                 .expect("spawn")
         })
         .collect();
-    let mut codes = vec![None; children.len()];
-    let settled = wait_until(Duration::from_secs(20), || {
-        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-            if code.is_none() {
-                *code = c.try_wait().unwrap().map(|s| s.code().unwrap());
-            }
-        }
-        codes.iter().flatten().count() == 19
-    });
+    let mut codes = settle(&mut children, 1, Duration::from_secs(20));
+    let settled = codes.iter().flatten().count() == 19;
     std::fs::write(&release, "").unwrap();
     for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
         if code.is_none() {

@@ -11,17 +11,6 @@ use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// The wrapper with a clean environment and no --redis-url (each test picks its own).
-fn bare() -> Command {
-    let mut cmd = Command::new(BIN);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd
-}
-
 fn openssl(dir: &Path, args: &[&str]) {
     let out =
         Command::new("openssl").args(args).current_dir(dir).output().expect("openssl (apt install openssl)");
@@ -145,7 +134,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     let ca = t.certs.path().join("ca.crt");
     let url = |host: &str| format!("rediss://{host}:{}", t.tls_port);
     let ok = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.1"), "--tls-ca-file"])
             .arg(&ca)
             .args(["--", "true"]),
@@ -153,7 +142,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     );
     assert_eq!(ok.code, 0, "{}", ok.stderr);
     let by_name = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:tls", "--redis-url", &url("localhost"), "--tls-ca-file"])
             .arg(&ca)
             .args(["--", "true"]),
@@ -162,7 +151,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     assert_eq!(by_name.code, 0, "{}", by_name.stderr);
 
     let wrong_ca = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.1"), "--tls-ca-file"])
             .arg(t.certs.path().join("other-ca.crt"))
             .args(["--", "true"]),
@@ -174,7 +163,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
 
     // 127.0.0.2 is not in the certificate.
     let wrong_host = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:tls", "--redis-url", &url("127.0.0.2"), "--tls-ca-file"])
             .arg(&ca)
             .args(["--", "true"]),
@@ -182,14 +171,14 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     );
     assert_eq!(wrong_host.code, 78, "{}", wrong_host.stderr);
     let insecure = run(
-        bare().args(["-k", "lock:tls", "--redis-url", &url("127.0.0.2"), "--tls-insecure", "--", "true"]),
+        wrapper().args(["-k", "lock:tls", "--redis-url", &url("127.0.0.2"), "--tls-insecure", "--", "true"]),
         LIMIT,
     );
     assert_eq!(insecure.code, 0, "{}", insecure.stderr);
     assert!(insecure.stderr.contains("NOT verified"), "--tls-insecure warns: {}", insecure.stderr);
 
     let plain_to_tls = run(
-        bare().args([
+        wrapper().args([
             "-k",
             "lock:tls",
             "--redis-url",
@@ -204,7 +193,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     assert!(plain_to_tls.elapsed < Duration::from_secs(3), "{:?}", plain_to_tls.elapsed);
 
     let tls_to_plain = run(
-        bare()
+        wrapper()
             .args([
                 "-k",
                 "lock:tls",
@@ -227,7 +216,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     );
 
     let no_tls_url = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:tls", "--redis-url", &t.server.url(), "--tls-ca-file"])
             .arg(&ca)
             .args(["--", "true"]),
@@ -235,7 +224,7 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     );
     assert_eq!(no_tls_url.code, 78, "TLS files need rediss://: {}", no_tls_url.stderr);
     let missing = run(
-        bare().args([
+        wrapper().args([
             "-k",
             "lock:tls",
             "--redis-url",
@@ -257,7 +246,7 @@ fn mutual_tls_with_a_client_certificate() {
     let p = |f: &str| t.certs.path().join(f);
     let url = format!("rediss://localhost:{}", t.tls_port);
     let with_cert = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:mtls", "--redis-url", &url, "--tls-ca-file"])
             .arg(p("ca.crt"))
             .arg("--tls-cert-file")
@@ -269,7 +258,7 @@ fn mutual_tls_with_a_client_certificate() {
     );
     assert_eq!(with_cert.code, 0, "{}", with_cert.stderr);
     let without = run(
-        bare()
+        wrapper()
             .args(["-k", "lock:mtls", "--redis-url", &url, "--tls-ca-file"])
             .arg(p("ca.crt"))
             .args(["--", "true"]),
@@ -289,17 +278,17 @@ fn the_password_comes_from_the_url_the_environment_or_a_file() {
     let user_url = format!("redis://app@127.0.0.1:{}", redis.port);
     for (how, mut cmd) in [
         ("url", {
-            let mut c = bare();
+            let mut c = wrapper();
             c.args(["--redis-url", &format!("redis://app:S3cr3t-pw@127.0.0.1:{}", redis.port)]);
             c
         }),
         ("env", {
-            let mut c = bare();
+            let mut c = wrapper();
             c.args(["--redis-url", &user_url]).env("REDLOCK_PASSWORD", "S3cr3t-pw");
             c
         }),
         ("file", {
-            let mut c = bare();
+            let mut c = wrapper();
             c.args(["--redis-url", &user_url, "--password-file"]).arg(&pwfile);
             c
         }),
@@ -312,7 +301,7 @@ fn the_password_comes_from_the_url_the_environment_or_a_file() {
         );
     }
     let wrong = run(
-        bare()
+        wrapper()
             .args(["--redis-url", &user_url, "-k", "lock:pw", "--", "true"])
             .env("REDLOCK_PASSWORD", "nope"),
         LIMIT,
@@ -323,7 +312,7 @@ fn the_password_comes_from_the_url_the_environment_or_a_file() {
     let empty_file = file(&empty, "pw");
     std::fs::write(&empty_file, "").unwrap();
     let r = run(
-        bare()
+        wrapper()
             .args(["--redis-url", &user_url, "-k", "lock:pw", "--password-file"])
             .arg(&empty_file)
             .args(["--", "true"]),
@@ -340,13 +329,13 @@ fn a_unix_socket_works() {
     let redis = RedisServer::start_with(&["--unixsocket", &socket_arg, "--unixsocketperm", "700"]);
     let url = format!("unix://{socket_arg}");
     let r = run(
-        bare().args(["-k", "lock:unix", "--redis-url", &url, "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
+        wrapper().args(["-k", "lock:unix", "--redis-url", &url, "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
         LIMIT,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(String::from_utf8_lossy(&r.stdout).trim().parse::<u64>().is_ok());
     let waiter =
-        run(bare().args(["-k", "lock:unix", "--wait", "2s", "--redis-url", &url, "--", "true"]), LIMIT);
+        run(wrapper().args(["-k", "lock:unix", "--wait", "2s", "--redis-url", &url, "--", "true"]), LIMIT);
     assert_eq!(waiter.code, 0, "{}", waiter.stderr);
     assert!(!redis.exists(b"lock:unix"));
 }
@@ -427,7 +416,7 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
     let via_sentinel = |cmd: &mut Command| {
         cmd.args(["--sentinel", &format!("127.0.0.1:{}", sentinel.port), "--sentinel-master", "main"]);
     };
-    let mut first = bare();
+    let mut first = wrapper();
     via_sentinel(&mut first);
     let r = run(first.args(["-k", "lock:sentinel", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -436,9 +425,9 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
     // command (125) — never runs on past its deadline.
     let dir = tmp();
     let done = file(&dir, "done");
-    let mut during = bare();
+    let mut during = wrapper();
     via_sentinel(&mut during);
-    let wrapper = during
+    let running = during
         .args([
             "-k",
             "lock:sentinel",
@@ -460,7 +449,7 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
         .expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || replica.exists(b"lock:sentinel")), "the lock replicated");
     master.stop();
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(running, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => assert!(done.exists(), "renewed on the new master and ran to the end: {stderr}"),
@@ -469,12 +458,12 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
     }
     assert_eq!(sentinel.master_port(), Some(replica.port), "the replica was promoted");
 
-    let mut after = bare();
+    let mut after = wrapper();
     via_sentinel(&mut after);
     let r = run(after.args(["-k", "lock:sentinel-after", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "a new run works against the new master: {}", r.stderr);
 
-    let mut unknown = bare();
+    let mut unknown = wrapper();
     unknown.args(["--sentinel", &format!("127.0.0.1:{}", sentinel.port), "--sentinel-master", "nosuch"]);
     let r = run(unknown.args(["-k", "lock:x", "--", "true"]), LIMIT);
     assert_eq!(r.code, 78, "no Sentinel knows that master: {}", r.stderr);
@@ -545,7 +534,7 @@ fn cluster_follows_slots_and_keeps_derived_keys_together() {
     for key in ["lock:plain", "lock:{job}:daily", "odd}key{", "x"] {
         let mut fences = Vec::new();
         for _ in 0..2 {
-            let mut c = bare();
+            let mut c = wrapper();
             in_cluster(&mut c);
             let r = run(
                 c.args(["-k", key, "--idempotency-key", "once", "--", "sh", "-c", "echo $REDLOCK_FENCE"]),
@@ -555,7 +544,7 @@ fn cluster_follows_slots_and_keeps_derived_keys_together() {
             fences.extend(String::from_utf8_lossy(&r.stdout).trim().parse::<u64>().ok());
         }
         assert_eq!(fences.len(), 1, "{key}: the second run was skipped by its idempotency record");
-        let mut c = bare();
+        let mut c = wrapper();
         in_cluster(&mut c);
         let r = run(c.args(["-k", key, "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
         assert_eq!(r.code, 0, "{key}: {}", r.stderr);
@@ -573,12 +562,12 @@ fn cluster_follows_slots_and_keeps_derived_keys_together() {
 
     // A waiter on another node is woken by the release announced on the key's node.
     let holder = {
-        let mut c = bare();
+        let mut c = wrapper();
         in_cluster(&mut c);
         c.args(["-k", "lock:handoff", "--", "sleep", "1"]).spawn().expect("spawn")
     };
     std::thread::sleep(Duration::from_millis(300));
-    let mut waiter = bare();
+    let mut waiter = wrapper();
     waiter.args(["--cluster", "--redis-url", &cluster.nodes[2].url()]);
     let r = run(waiter.args(["-k", "lock:handoff", "--wait", "10s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -592,7 +581,7 @@ fn cluster_renewal_survives_a_slot_migration() {
     let key = b"lock:migrating";
     let from = cluster.node_for(key);
     let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
-    let mut c = bare();
+    let mut c = wrapper();
     let wrapper = c
         .args([
             "--cluster",

@@ -220,14 +220,35 @@ fn ping(port: u16) -> bool {
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {
+    let mut cmd = wrapper();
+    cmd.arg("--redis-url").arg(server.url());
+    cmd
+}
+
+/// The wrapper with a clean environment and no Redis chosen yet.
+pub fn wrapper() -> Command {
     let mut cmd = Command::new(BIN);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
             cmd.env_remove(name);
         }
     }
-    cmd.arg("--redis-url").arg(server.url());
     cmd
+}
+
+/// Polls `children` until all but `running` of them have exited (bounded by `limit`); returns
+/// their exit codes so far (`None` for those still running).
+pub fn settle(children: &mut [Child], running: usize, limit: Duration) -> Vec<Option<i32>> {
+    let mut codes = vec![None; children.len()];
+    wait_until(limit, || {
+        for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+            if code.is_none() {
+                *code = c.try_wait().expect("try_wait").map(|s| s.code().expect("exit code"));
+            }
+        }
+        codes.iter().flatten().count() == children.len() - running
+    });
+    codes
 }
 
 pub struct Run {
