@@ -2,6 +2,7 @@
 //! and bounded waits. Nothing here touches a Redis it did not start.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
+pub mod fault;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

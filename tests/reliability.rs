@@ -1,0 +1,1172 @@
+//! Reliability (issue 8): the wrapper under injected faults. A soak runs five wrappers in
+//! loops against one lock while a fault injector disturbs Redis, the network (through
+//! [`FaultProxy`]) and the wrappers; the commands report to an [`Oracle`] that plays a fenced
+//! resource. Then the exit-status table (SPEC §7) cause by cause, and a reply lost after the
+//! SET succeeded. RELIABILITY.md describes the suite and its figures.
+//!
+//! `SOAK_SECS` (default 60) sets the soak's total length, `SOAK_SEED` replays a schedule.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::fault::{self, FaultProxy, Mode, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport, Rng};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Not a test: the command the soak runs under the wrapper is this test binary, re-executed
+/// with only this test selected and `RELIABILITY_ORACLE_SOCKET` set (see
+/// [`fault::oracle_client`]). Without that variable it does nothing.
+#[test]
+fn oracle_client() {
+    fault::oracle_client();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The soak
+
+const KEY: &str = "lock:soak";
+const TTL: Duration = Duration::from_secs(2);
+const RENEW_EVERY: Duration = Duration::from_millis(400);
+const KILL_GRACE: Duration = Duration::from_millis(300);
+const WAIT: Duration = Duration::from_secs(3);
+const WRAPPERS: usize = 5;
+/// Scheduling allowance for a loaded two-core machine, on top of the bounds the product
+/// promises.
+const SLACK: Duration = Duration::from_millis(500);
+
+/// The two soak phases share the machine badly, so they take turns.
+static SOAK: Mutex<()> = Mutex::new(());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Each phase injects every fault of its kind once, then goes on until it has had half of
+/// `SOAK_SECS` after 30 s for setting up, draining and the first rounds.
+fn phase_budget() -> Duration {
+    let total: u64 = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    Duration::from_secs(total.saturating_sub(30)) / 2
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Fault {
+    RedisPauseShort,
+    RedisPauseLong,
+    ClientKill,
+    LatencyLow,
+    LatencyHigh,
+    BlackholeShort,
+    BlackholeLong,
+    ReplyLossShort,
+    ReplyLossLong,
+    ConnectionReset,
+    WrapperPauseShort,
+    RedisRestart,
+    KeyDeleted,
+    KeyForceReleased,
+    KeyExpired,
+    WrapperPauseLong,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::RedisPauseShort => "redis SIGSTOP < ttl",
+            Fault::RedisPauseLong => "redis SIGSTOP > ttl",
+            Fault::ClientKill => "CLIENT KILL",
+            Fault::LatencyLow => "latency < timeout",
+            Fault::LatencyHigh => "latency > timeout",
+            Fault::BlackholeShort => "blackhole < ttl",
+            Fault::BlackholeLong => "blackhole > ttl",
+            Fault::ReplyLossShort => "reply loss < ttl",
+            Fault::ReplyLossLong => "reply loss > ttl",
+            Fault::ConnectionReset => "connection reset",
+            Fault::WrapperPauseShort => "wrapper SIGSTOP < lease",
+            Fault::RedisRestart => "redis restart, empty",
+            Fault::KeyDeleted => "DEL lock",
+            Fault::KeyForceReleased => "release --force",
+            Fault::KeyExpired => "PEXPIRE lock 1ms",
+            Fault::WrapperPauseLong => "wrapper SIGSTOP > ttl",
+        }
+    }
+
+    /// Faults after which two holders may legitimately overlap: the lock's state in Redis is
+    /// lost, or its holder cannot act in time.
+    fn loses_data(self) -> bool {
+        matches!(
+            self,
+            Fault::RedisRestart
+                | Fault::KeyDeleted
+                | Fault::KeyForceReleased
+                | Fault::KeyExpired
+                | Fault::WrapperPauseLong
+        )
+    }
+}
+
+const SAFE_FAULTS: [Fault; 11] = [
+    Fault::RedisPauseShort,
+    Fault::LatencyLow,
+    Fault::ClientKill,
+    Fault::BlackholeShort,
+    Fault::ReplyLossShort,
+    Fault::ConnectionReset,
+    Fault::WrapperPauseShort,
+    Fault::RedisPauseLong,
+    Fault::LatencyHigh,
+    Fault::BlackholeLong,
+    Fault::ReplyLossLong,
+];
+
+const DATA_LOSS_FAULTS: [Fault; 5] = [
+    Fault::RedisRestart,
+    Fault::KeyDeleted,
+    Fault::WrapperPauseLong,
+    Fault::KeyExpired,
+    Fault::KeyForceReleased,
+];
+
+#[derive(Debug)]
+struct Injected {
+    fault: Fault,
+    start: Instant,
+    /// When requests the fault held back may last have reached Redis.
+    lifted: Instant,
+    /// The wrapper paused, and when it was continued.
+    paused: Option<(i32, Instant)>,
+    /// A command was present when the fault began.
+    hit_holder: bool,
+    /// The wrapper of a command present with more work ahead than the fault lasts, which the
+    /// fault must therefore have stopped (exit 125).
+    victim: Option<i32>,
+}
+
+struct RunRecord {
+    pid: i32,
+    spawned: Instant,
+    exited: Instant,
+    /// The wrapper's exit status, or how it failed to give one.
+    status: Result<i32, String>,
+    /// Processes of the command's group still alive 500 ms after the wrapper exited (it must
+    /// not exit before they are gone; the allowance is for the kernel's teardown).
+    orphans: Vec<i32>,
+}
+
+/// What the wrapper loops and the fault injector share.
+struct Shared {
+    dir: PathBuf,
+    proxy_url: String,
+    oracle: PathBuf,
+    stop: AtomicBool,
+    /// The injector wants a command with a long hold (to stop it): the next runs get one.
+    want_long_hold: AtomicBool,
+    /// Wrappers running now. A pid is removed in the same critical section that reaps it, so a
+    /// signal sent while holding this lock never reaches a recycled pid.
+    wrappers: Mutex<HashSet<i32>>,
+    runs: Mutex<Vec<RunRecord>>,
+}
+
+/// Stops the loops and continues any paused wrapper, however the test ends.
+struct StopOnDrop(Arc<Shared>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::SeqCst);
+        for &pid in lock(&self.0.wrappers).iter() {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+}
+
+/// Runs as a wrapper loop: one wrapper after the other until told to stop, each running the
+/// oracle client for a random hold (mostly short, sometimes longer than the TTL) with a
+/// background job in its group that must not outlive it.
+fn wrapper_loop(n: usize, shared: &Shared, mut rng: Rng) {
+    let log = File::options()
+        .create(true)
+        .append(true)
+        .open(shared.dir.join(format!("wrapper-{n}.log")))
+        .expect("wrapper log");
+    let exe = std::env::current_exe().expect("test binary");
+    let script = "echo $$ > \"$PGFILE\"; sleep 30 & exec \"$0\" --exact oracle_client --test-threads=1 -q";
+    let mut run_no = 0;
+    while !shared.stop.load(Ordering::SeqCst) {
+        run_no += 1;
+        let hold = if shared.want_long_hold.load(Ordering::SeqCst) {
+            rng.millis(3500, 5000)
+        } else if rng.chance(20) {
+            rng.millis(1000, 3000)
+        } else {
+            rng.millis(20, 300)
+        };
+        let pgfile = shared.dir.join(format!("pg-{n}-{run_no}"));
+        let mut cmd = wrapper(&shared.proxy_url);
+        cmd.args(["-k", KEY])
+            .args(["--ttl", &ms(TTL), "--renew-every", &ms(RENEW_EVERY), "--kill-grace", &ms(KILL_GRACE)])
+            .args(["--wait", &ms(WAIT), "--", "sh", "-c", script])
+            .arg(&exe)
+            .env(ORACLE_SOCKET, &shared.oracle)
+            .env(ORACLE_HOLD_MS, hold.as_millis().to_string())
+            .env("PGFILE", &pgfile)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.try_clone().expect("log handle"));
+        let spawned = Instant::now();
+        let child = {
+            let mut wrappers = lock(&shared.wrappers);
+            let child = cmd.spawn().expect("spawn the wrapper");
+            wrappers.insert(child.id() as i32);
+            child
+        };
+        let pid = child.id() as i32;
+        let status = reap_within(child, shared, LIMIT);
+        let exited = Instant::now();
+        let pgid: Option<i32> = std::fs::read_to_string(&pgfile).ok().and_then(|s| s.trim().parse().ok());
+        let orphans = match pgid {
+            Some(g) => {
+                wait_until(Duration::from_millis(500), || group_members(g).is_empty());
+                group_members(g)
+            }
+            None => Vec::new(),
+        };
+        let unavailable = status == Ok(69);
+        lock(&shared.runs).push(RunRecord { pid, spawned, exited, status, orphans });
+        if unavailable {
+            // Redis is out of reach for a while; do not spin.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// Waits for a wrapper, bounded; reaping and forgetting its pid happen under one lock.
+fn reap_within(mut child: Child, shared: &Shared, limit: Duration) -> Result<i32, String> {
+    let pid = child.id() as i32;
+    let deadline = Instant::now() + limit;
+    loop {
+        {
+            let mut wrappers = lock(&shared.wrappers);
+            let reaped: Option<ExitStatus> = child.try_wait().expect("try_wait");
+            if let Some(status) = reaped {
+                wrappers.remove(&pid);
+                return status.code().ok_or_else(|| format!("died of a signal: {status:?}"));
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                wrappers.remove(&pid);
+                return Err(format!("still running after {limit:?}; killed"));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The wrapper with a clean environment, pointed at `url`.
+fn wrapper(url: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.arg("--redis-url").arg(url);
+    cmd
+}
+
+fn ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// A value seen at the lock key by the monitor.
+struct Sighting {
+    first: Instant,
+    last: Instant,
+    /// The wrapper that stored it (the value is `<token> <host> <pid> <start>`).
+    pid: Option<i32>,
+}
+
+#[derive(Default)]
+struct MonitorReport {
+    samples: u64,
+    sightings: HashMap<Vec<u8>, Sighting>,
+    /// Values seen without an expiry, or with more than the TTL left.
+    bad_ttls: Vec<String>,
+}
+
+/// Samples the lock key (value and PTTL, atomically) straight from Redis every 20 ms.
+fn monitor(port: u16, stop: &AtomicBool) -> MonitorReport {
+    let script = redis::Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}");
+    let mut report = MonitorReport::default();
+    let mut conn: Option<redis::Connection> = None;
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+        if conn.is_none() {
+            conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .ok();
+            if let Some(c) = &conn {
+                let _ = c.set_read_timeout(Some(Duration::from_millis(300)));
+                let _ = c.set_write_timeout(Some(Duration::from_millis(300)));
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let sample: redis::RedisResult<(Option<Vec<u8>>, i64)> = script.key(KEY).invoke(c);
+        let Ok((value, pttl)) = sample else {
+            conn = None;
+            continue;
+        };
+        let now = Instant::now();
+        report.samples += 1;
+        let Some(value) = value else { continue };
+        if pttl < 0 || pttl > TTL.as_millis() as i64 {
+            report.bad_ttls.push(format!("{} with PTTL {pttl}", String::from_utf8_lossy(&value)));
+        }
+        let pid = std::str::from_utf8(&value).ok().and_then(|v| v.split(' ').nth(2)?.parse().ok());
+        report.sightings.entry(value).or_insert(Sighting { first: now, last: now, pid }).last = now;
+    }
+    report
+}
+
+/// How long a fault lasts (and any latency it adds), and — for a fault that outlasts the
+/// lease or loses the lock — by when it must have stopped a command present at its start.
+struct Plan {
+    length: Duration,
+    latency: Duration,
+    stops_within: Option<Duration>,
+}
+
+impl Fault {
+    fn plan(self, rng: &mut Rng) -> Plan {
+        let (length, latency) = match self {
+            Fault::RedisPauseShort => (rng.millis(200, 800), Duration::ZERO),
+            Fault::BlackholeShort | Fault::ReplyLossShort => (rng.millis(200, 700), Duration::ZERO),
+            Fault::RedisPauseLong | Fault::BlackholeLong | Fault::ReplyLossLong => {
+                (TTL + rng.millis(300, 1200), Duration::ZERO)
+            }
+            // The wrapper's request timeout here is a third of the 1278 ms renewal slack: 426 ms.
+            Fault::LatencyLow => (rng.millis(1500, 2500), rng.millis(20, 150)),
+            Fault::LatencyHigh => (rng.millis(1500, 2500), rng.millis(500, 800)),
+            Fault::WrapperPauseShort => (rng.millis(50, 300), Duration::ZERO),
+            Fault::WrapperPauseLong => (TTL + rng.millis(800, 1200), Duration::ZERO),
+            Fault::ClientKill
+            | Fault::ConnectionReset
+            | Fault::RedisRestart
+            | Fault::KeyDeleted
+            | Fault::KeyExpired
+            | Fault::KeyForceReleased => (Duration::ZERO, Duration::ZERO),
+        };
+        let stops_within = match self {
+            // Stopped by the lease deadline, at most a TTL after the last renewal.
+            Fault::RedisPauseLong | Fault::BlackholeLong | Fault::ReplyLossLong => Some(TTL),
+            // Stopped as soon as its wrapper runs again.
+            Fault::WrapperPauseLong => Some(length),
+            // Stopped at the next renewal.
+            f if f.loses_data() => Some(RENEW_EVERY + SLACK),
+            _ => None,
+        };
+        Plan { length, latency, stops_within }
+    }
+}
+
+/// Waits (bounded) for a command to be present — for a fault that must stop it, one with
+/// enough work ahead that it would still be running then — and injects the fault.
+fn inject(
+    fault: Fault,
+    redis: &mut RedisServer,
+    proxy: &FaultProxy,
+    shared: &Shared,
+    oracle: &Oracle,
+    rng: &mut Rng,
+) -> Injected {
+    let plan = fault.plan(rng);
+    let ahead = plan.stops_within.map_or(Duration::ZERO, |d| d + SLACK);
+    let mut holder = None;
+    shared.want_long_hold.store(plan.stops_within.is_some(), Ordering::SeqCst);
+    wait_until(Duration::from_secs(if plan.stops_within.is_some() { 8 } else { 2 }), || {
+        let now = Instant::now();
+        holder = oracle.holders().into_iter().rev().find(|h| h.done_by > now + ahead);
+        holder.is_some()
+    });
+    shared.want_long_hold.store(false, Ordering::SeqCst);
+    let start = Instant::now();
+    let mut paused = None;
+    match fault {
+        Fault::RedisPauseShort | Fault::RedisPauseLong => {
+            redis.freeze();
+            std::thread::sleep(plan.length);
+            redis.thaw();
+        }
+        Fault::ClientKill => {
+            redis.cmd::<i64>(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+            redis.cmd::<i64>(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]);
+        }
+        Fault::LatencyLow | Fault::LatencyHigh | Fault::BlackholeShort | Fault::BlackholeLong => {
+            proxy.set(match fault {
+                Fault::BlackholeShort | Fault::BlackholeLong => Mode::Blackhole,
+                _ => Mode::Latency(plan.latency),
+            });
+            std::thread::sleep(plan.length);
+            proxy.set(Mode::Pass);
+        }
+        Fault::ReplyLossShort | Fault::ReplyLossLong => {
+            proxy.set(Mode::DropReplies);
+            std::thread::sleep(plan.length);
+            proxy.set(Mode::Pass);
+        }
+        Fault::ConnectionReset => proxy.reset_all(),
+        Fault::WrapperPauseShort | Fault::WrapperPauseLong => {
+            // The holder's wrapper (the command's parent), if it is still one of ours.
+            let stopped = holder.map(|h| h.ppid).filter(|&pid| {
+                let wrappers = lock(&shared.wrappers);
+                wrappers.contains(&pid) && kill(Pid::from_raw(pid), Signal::SIGSTOP).is_ok()
+            });
+            std::thread::sleep(plan.length);
+            if let Some(pid) = stopped {
+                let wrappers = lock(&shared.wrappers);
+                if wrappers.contains(&pid) {
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+                }
+                paused = Some((pid, Instant::now()));
+            }
+        }
+        Fault::RedisRestart => redis.restart_empty(),
+        Fault::KeyDeleted => {
+            redis.cmd::<i64>(&[b"DEL", KEY.as_bytes()]);
+        }
+        Fault::KeyExpired => {
+            redis.cmd::<i64>(&[b"PEXPIRE", KEY.as_bytes(), b"1"]);
+        }
+        Fault::KeyForceReleased => {
+            let r = run(
+                Command::new(BIN).args(["release", "--key", KEY, "--force", "--redis-url", &redis.url()]),
+                LIMIT,
+            );
+            assert!(r.code == 0 || r.code == 1, "release --force: {} {}", r.code, r.stderr);
+        }
+    }
+    Injected {
+        fault,
+        start,
+        lifted: Instant::now() + plan.latency,
+        paused,
+        hit_holder: holder.is_some(),
+        victim: holder.filter(|_| plan.stops_within.is_some()).map(|h| h.ppid),
+    }
+}
+
+/// One soak phase: `faults` in turn (every one at least once, then on until the budget is
+/// spent), five wrappers looping meanwhile; returns everything observed.
+fn soak(phase: &str, faults: &[Fault]) -> SoakOutcome {
+    let _turn = lock(&SOAK);
+    let budget = phase_budget();
+    let seed = Rng::seed_from_env("SOAK_SEED");
+    let mut rng = Rng::new(seed);
+    let mut redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let dir = tmp();
+    let oracle = Oracle::start(dir.path());
+    // Loads the scripts, so the first runs under faults are not spent on NOSCRIPT.
+    let warm = run(wrapper(&proxy.url()).args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+
+    let shared = Arc::new(Shared {
+        dir: dir.path().to_owned(),
+        proxy_url: proxy.url(),
+        oracle: oracle.path().to_owned(),
+        stop: AtomicBool::new(false),
+        want_long_hold: AtomicBool::new(false),
+        wrappers: Mutex::new(HashSet::new()),
+        runs: Mutex::new(Vec::new()),
+    });
+    let guard = StopOnDrop(Arc::clone(&shared));
+    let monitor_stop = Arc::new(AtomicBool::new(false));
+    let monitor_thread = {
+        let (port, stop) = (redis.port, Arc::clone(&monitor_stop));
+        std::thread::spawn(move || monitor(port, &stop))
+    };
+    let loops: Vec<JoinHandle<()>> = (0..WRAPPERS)
+        .map(|n| {
+            let shared = Arc::clone(&shared);
+            let rng = Rng::new(seed ^ (n as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+            std::thread::spawn(move || wrapper_loop(n, &shared, rng))
+        })
+        .collect();
+
+    let started = Instant::now();
+    let mut injected = Vec::new();
+    let mut next = 0;
+    while next < faults.len() || started.elapsed() < budget {
+        let fault = faults[next % faults.len()];
+        next += 1;
+        // Data-loss faults get a longer pause after them, so that any overlap they cause (a
+        // waiter retries at the holder's PTTL, up to 2 s later) starts before the next fault.
+        let gap = if fault.loses_data() { rng.millis(2200, 2600) } else { rng.millis(400, 800) };
+        std::thread::sleep(gap);
+        injected.push(inject(fault, &mut redis, &proxy, &shared, &oracle, &mut rng));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let soaked = started.elapsed();
+
+    // Drain: every loop finishes its current run (each bounded by LIMIT).
+    shared.stop.store(true, Ordering::SeqCst);
+    for l in loops {
+        l.join().expect("wrapper loop");
+    }
+    let drained = started.elapsed() - soaked;
+    drop(guard);
+    let last_exit = Instant::now();
+    let lock_gone = wait_until(TTL + SLACK, || !redis.exists(KEY.as_bytes()));
+    let lock_gone_after = last_exit.elapsed();
+    monitor_stop.store(true, Ordering::SeqCst);
+    let monitored = monitor_thread.join().expect("monitor");
+    let report = oracle.report();
+    let runs = std::mem::take(&mut *lock(&shared.runs));
+    let outcome = SoakOutcome {
+        phase: phase.to_owned(),
+        seed,
+        soaked,
+        drained,
+        runs,
+        injected,
+        report,
+        monitored,
+        lock_gone,
+        lock_gone_after,
+        redis_log: redis.log(),
+        // Kept for a failing assertion's message; removed when the outcome is dropped in a
+        // passing test.
+        wrapper_logs: dir.keep(),
+    };
+    outcome.print();
+    outcome.check_common();
+    outcome
+}
+
+struct SoakOutcome {
+    phase: String,
+    seed: u64,
+    soaked: Duration,
+    drained: Duration,
+    runs: Vec<RunRecord>,
+    injected: Vec<Injected>,
+    report: OracleReport,
+    monitored: MonitorReport,
+    lock_gone: bool,
+    lock_gone_after: Duration,
+    redis_log: String,
+    wrapper_logs: PathBuf,
+}
+
+impl SoakOutcome {
+    fn statuses(&self) -> BTreeMap<String, usize> {
+        let mut by = BTreeMap::new();
+        for r in &self.runs {
+            let key = match &r.status {
+                Ok(code) => code.to_string(),
+                Err(e) => e.clone(),
+            };
+            *by.entry(key).or_insert(0) += 1;
+        }
+        by
+    }
+
+    fn max_overlap(&self) -> Duration {
+        self.report.overlaps.iter().map(|o| o.duration()).max().unwrap_or_default()
+    }
+
+    /// The fault injected last before `o` began.
+    fn cause(&self, o: &fault::Overlap) -> Option<&Injected> {
+        self.injected.iter().rev().find(|f| f.start <= o.start)
+    }
+
+    fn print(&self) {
+        let mut faults: BTreeMap<Fault, (usize, usize)> = BTreeMap::new();
+        for f in &self.injected {
+            let e = faults.entry(f.fault).or_default();
+            e.0 += 1;
+            e.1 += usize::from(f.hit_holder);
+        }
+        let faults: Vec<String> =
+            faults.iter().map(|(f, (n, hit))| format!("{} {n} ({hit} with a holder)", f.name())).collect();
+        let victims = self.injected.iter().filter(|f| f.victim.is_some()).count();
+        let mut by_cause: BTreeMap<&str, (usize, u128)> = BTreeMap::new();
+        for o in &self.report.overlaps {
+            let e = by_cause.entry(self.cause(o).map_or("none", |f| f.fault.name())).or_default();
+            e.0 += 1;
+            e.1 = e.1.max(o.duration().as_millis());
+        }
+        let r = &self.report;
+        let killed = r.stays.iter().filter(|s| !s.finished).count();
+        eprintln!(
+            "\n[soak: {}] {:.1} s (+{:.1} s draining), seed {} (SOAK_SEED), {WRAPPERS} wrappers, \
+             ttl {}, renew every {}, kill grace {}\n  \
+             runs: {} by exit status {:?}\n  \
+             faults injected: {}: {}; {} had to stop a command\n  \
+             commands: {} entered, {} stopped before the end of their work, peak {} at once\n  \
+             overlaps (a command still present when another entered, until it left): {}, max {} ms; \
+             by cause (count, max ms): {:?}\n  \
+             writes: {} accepted, {} stale rejected, {} stale accepted, {} fences reused\n  \
+             leftovers: {} orphaned groups, {} locks outliving their owner by more than the ttl, \
+             {} lock values with a bad TTL; lock gone {} ms after the last wrapper ({} monitor samples)",
+            self.phase,
+            self.soaked.as_secs_f64(),
+            self.drained.as_secs_f64(),
+            self.seed,
+            ms(TTL),
+            ms(RENEW_EVERY),
+            ms(KILL_GRACE),
+            self.runs.len(),
+            self.statuses(),
+            self.injected.len(),
+            faults.join(", "),
+            victims,
+            r.stays.len(),
+            killed,
+            r.peak_holders,
+            r.overlaps.len(),
+            self.max_overlap().as_millis(),
+            by_cause,
+            r.writes_accepted,
+            r.stale_rejected,
+            r.stale_accepted,
+            r.fence_reused,
+            self.runs.iter().filter(|r| !r.orphans.is_empty()).count(),
+            self.leftover_locks().len(),
+            self.monitored.bad_ttls.len(),
+            self.lock_gone_after.as_millis(),
+            self.monitored.samples,
+        );
+    }
+
+    /// Lock values that outlived their wrapper by more than the TTL, counted from when the
+    /// wrapper's last request could have reached Redis (a fault may have held it back).
+    fn leftover_locks(&self) -> Vec<String> {
+        let mut bad = Vec::new();
+        for (value, s) in &self.monitored.sightings {
+            let owner = s.pid.and_then(|pid| {
+                self.runs.iter().filter(|r| r.pid == pid && r.spawned <= s.first).max_by_key(|r| r.spawned)
+            });
+            let Some(run) = owner else {
+                bad.push(format!("{}: not a soak wrapper's", String::from_utf8_lossy(value)));
+                continue;
+            };
+            let held_back = self
+                .injected
+                .iter()
+                .filter(|f| f.start <= run.exited && f.lifted >= run.spawned)
+                .map(|f| f.lifted)
+                .max();
+            let owner_gone = held_back.map_or(run.exited, |l| l.max(run.exited));
+            if s.last > owner_gone + TTL + SLACK {
+                bad.push(format!(
+                    "{}: seen {} ms after its wrapper could last reach Redis",
+                    String::from_utf8_lossy(value),
+                    (s.last - owner_gone).as_millis()
+                ));
+            }
+        }
+        bad
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "seed {} (rerun with SOAK_SEED={}); wrapper logs in {}; redis log:\n{}",
+            self.seed,
+            self.seed,
+            self.wrapper_logs.display(),
+            self.redis_log.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+        )
+    }
+
+    /// What holds after any fault: every wrapper ended with a status of SPEC §7, left no
+    /// process behind, no lock outlived its owner by more than the TTL, the fence told every
+    /// holder apart, and enough work got done for all this to mean something.
+    fn check_common(&self) {
+        let ctx = self.context();
+        let allowed = [0, 3, 69, 75, 125];
+        let odd: Vec<String> = self
+            .runs
+            .iter()
+            .filter(|r| !matches!(r.status, Ok(c) if allowed.contains(&c)))
+            .map(|r| format!("pid {}: {:?}", r.pid, r.status))
+            .collect();
+        assert!(odd.is_empty(), "wrapper statuses outside {allowed:?}: {odd:?}; {ctx}");
+        let orphans: Vec<(i32, &Vec<i32>)> =
+            self.runs.iter().filter(|r| !r.orphans.is_empty()).map(|r| (r.pid, &r.orphans)).collect();
+        assert!(orphans.is_empty(), "processes outlived their wrapper (pid, survivors): {orphans:?}; {ctx}");
+        assert!(
+            self.monitored.bad_ttls.is_empty(),
+            "lock values with a bad TTL: {:?}; {ctx}",
+            self.monitored.bad_ttls
+        );
+        let leftovers = self.leftover_locks();
+        assert!(leftovers.is_empty(), "locks left behind: {leftovers:?}; {ctx}");
+        assert!(self.lock_gone, "the lock was still there {TTL:?} after the last wrapper; {ctx}");
+        let r = &self.report;
+        assert_eq!(r.fence_reused, 0, "two acquisitions had the same fence; {ctx}");
+        assert_eq!(r.stale_accepted, 0, "a stale write got through the fence check; {ctx}");
+        // Only a command that a newer one overlapped ever has a write rejected: the fence never
+        // goes backwards, not even across Redis losing its data.
+        let in_overlaps: u64 = r.overlaps.iter().map(|o| o.rejected).sum();
+        assert_eq!(r.stale_rejected, in_overlaps, "writes rejected outside any overlap; {ctx}");
+        // Each fault that had to stop a command did: lease lost or unconfirmed, exit 125.
+        let mut victims = 0;
+        for f in &self.injected {
+            let Some(pid) = f.victim else { continue };
+            victims += 1;
+            let run = self.runs.iter().find(|r| r.pid == pid && r.spawned <= f.start && f.start <= r.exited);
+            let status = run.map(|r| r.status.clone());
+            assert_eq!(
+                status,
+                Some(Ok(125)),
+                "the command under {} (wrapper {pid}) was not stopped; {ctx}",
+                f.fault.name()
+            );
+        }
+        assert!(victims >= 1, "no fault that must stop a command found one to stop; {ctx}");
+        let completed = self.runs.iter().filter(|r| r.status == Ok(0)).count();
+        assert!(completed >= 8, "only {completed} runs completed: {:?}; {ctx}", self.statuses());
+        assert!(self.monitored.samples >= 100, "the monitor sampled {} times", self.monitored.samples);
+    }
+}
+
+impl Drop for SoakOutcome {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.wrapper_logs);
+        }
+    }
+}
+
+/// (1) Faults that lose no lock state — Redis paused shorter and longer than the TTL, killed
+/// connections, latency below and above the request timeout, a blackholed network, lost
+/// replies, reset connections, a wrapper paused within its lease: never two holders at once,
+/// so never a stale write; and (3) every wrapper exits with a §7 status, leaving nothing
+/// behind.
+#[test]
+fn soak_without_data_loss_faults_never_overlaps() {
+    let outcome = soak("no data-loss faults", &SAFE_FAULTS);
+    let ctx = outcome.context();
+    let r = &outcome.report;
+    assert!(r.overlaps.is_empty(), "overlapping holders: {:?}; {ctx}", r.overlaps);
+    assert_eq!(r.peak_holders, 1, "{ctx}");
+    assert_eq!(r.stale_rejected, 0, "stale writes without an overlap; {ctx}");
+    assert!(!outcome.runs.iter().any(|r| r.status == Ok(3)), "a command saw a stale write; {ctx}");
+}
+
+/// (2) Faults that lose the lock's state — Redis restarted empty, the key deleted, force-
+/// released or expired by hand, the holder's wrapper paused past its TTL: holders may
+/// overlap, but each overlap is bounded (the old holder is stopped at its next renewal, or as
+/// soon as its wrapper runs again), the newer holder always has the higher fence, and the
+/// fence check rejects every write of the older one; and (3) as above.
+#[test]
+fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
+    let outcome = soak("data-loss faults", &DATA_LOSS_FAULTS);
+    let ctx = outcome.context();
+    let bound = RENEW_EVERY + KILL_GRACE + SLACK;
+    for o in &outcome.report.overlaps {
+        let cause = outcome.cause(o);
+        assert!(cause.is_some_and(|f| f.fault.loses_data()), "overlap {o:?} after {cause:?}; {ctx}");
+        let cause = cause.expect("checked above");
+        assert!(o.fences.windows(2).all(|w| w[0] < w[1]), "a newer holder had a lower fence: {o:?}; {ctx}");
+        match cause.paused {
+            // The paused holder runs on until its wrapper wakes, then is stopped at once.
+            Some((_, resumed)) => assert!(
+                o.end <= resumed + SLACK,
+                "overlap ended {} ms after the wrapper was continued: {o:?}; {ctx}",
+                (o.end - resumed).as_millis()
+            ),
+            None => assert!(
+                o.duration() <= bound,
+                "overlap of {} ms after {}, more than renew-every + kill-grace + {} ms: {o:?}; {ctx}",
+                o.duration().as_millis(),
+                cause.fault.name(),
+                SLACK.as_millis()
+            ),
+        }
+        // The older holder writes every 100 ms while it lasts, and each of those is refused.
+        if o.duration() > fault::WRITE_EVERY * 2 {
+            assert!(o.rejected >= 1, "no stale write was rejected during {o:?}; {ctx}");
+        }
+    }
+    assert!(
+        !outcome.report.overlaps.is_empty(),
+        "no data-loss fault produced an overlap, so nothing was measured; {ctx}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (4) The exit-status table, cause by cause
+
+/// Where a case's wrapper connects.
+#[derive(Clone, Copy)]
+enum Via {
+    Direct,
+    /// Through a fault proxy in pass-through mode.
+    Proxied,
+    /// Through a fault proxy that swallows everything.
+    Swallowed,
+    /// Through a fault proxy that resets every connection.
+    Resetting,
+    /// A port nothing listens on.
+    Nowhere,
+    /// As an ACL user.
+    User(&'static str, &'static str),
+    Url(&'static str),
+}
+
+/// What else happens around a case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    Plain,
+    /// The key holds a hash.
+    WrongType,
+    /// Someone else holds the lock for a minute.
+    HeldByOther,
+    /// The key is deleted once the command runs.
+    DeletedMidRun,
+    /// The proxy starts swallowing everything once the command runs.
+    BlackholedMidRun,
+    /// SIGTERM to the wrapper 300 ms after it started.
+    Sigterm,
+}
+
+/// What the wrapper runs: a shell body (after it has touched `$MARKER`), an argv, or nothing.
+#[derive(Clone, Copy)]
+enum Cmd {
+    Sh(&'static str),
+    Argv(&'static str),
+    NotExecutable,
+    Nothing,
+}
+
+/// Whose status it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    /// The command's own, passed through: the wrapper says nothing.
+    Command,
+    /// The wrapper's, and the command never ran; stderr has a line of the wrapper's with this.
+    Wrapper(&'static str),
+    /// The wrapper's, after it stopped the running command; said as above.
+    Stopped(&'static str),
+}
+
+struct Case {
+    what: &'static str,
+    via: Via,
+    setting: Setting,
+    options: &'static [&'static str],
+    cmd: Cmd,
+    status: i32,
+    by: By,
+}
+
+const fn case(
+    what: &'static str,
+    via: Via,
+    setting: Setting,
+    options: &'static [&'static str],
+    cmd: Cmd,
+    status: i32,
+    by: By,
+) -> Case {
+    Case { what, via, setting, options, cmd, status, by }
+}
+
+use By::{Command as Own, Stopped, Wrapper};
+use Cmd::{Argv, NotExecutable, Nothing, Sh};
+use Setting::*;
+use Via::*;
+
+/// A command that runs and succeeds (when it gets to run).
+const RUNS: Cmd = Sh("exit 0");
+
+#[rustfmt::skip]
+const MATRIX: &[Case] = &[
+    case("exit 0", Direct, Plain, &[], Sh("exit 0"), 0, Own),
+    case("exit 1", Direct, Plain, &[], Sh("exit 1"), 1, Own),
+    case("exit 42", Direct, Plain, &[], Sh("exit 42"), 42, Own),
+    case("exit 255", Direct, Plain, &[], Sh("exit 255"), 255, Own),
+    case("the command's own 64", Direct, Plain, &[], Sh("exit 64"), 64, Own),
+    case("the command's own 125", Direct, Plain, &[], Sh("exit 125"), 125, Own),
+    case("killed by SIGHUP", Direct, Plain, &[], Sh("kill -HUP $$"), 129, Own),
+    case("killed by SIGKILL", Direct, Plain, &[], Sh("kill -KILL $$"), 137, Own),
+    case("killed by SIGSEGV", Direct, Plain, &[], Sh("kill -SEGV $$"), 139, Own),
+    case("killed by SIGTERM", Direct, Plain, &[], Sh("kill -TERM $$"), 143, Own),
+    case("not executable", Direct, Plain, &[], NotExecutable, 126, Wrapper("cannot run")),
+    case("not found", Direct, Plain, &[], Argv("/nonexistent/command"), 127, Wrapper("cannot run")),
+    case("bad duration", Direct, Plain, &["--ttl", "30x"], RUNS, 64, Wrapper("--ttl")),
+    case("unknown flag", Direct, Plain, &["--no-such-flag"], RUNS, 64, Wrapper("--no-such-flag")),
+    case("missing command", Direct, Plain, &[], Nothing, 64, Wrapper("required arguments")),
+    case("no room to stop in time", Direct, Plain, &["--ttl", "1s", "--kill-grace", "1s"], RUNS,
+         64, Wrapper("--kill-grace")),
+    case("key of another type", Direct, WrongType, &[], RUNS, 65, Wrapper("type hash")),
+    case("nothing listens", Nowhere, Plain, &[], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("Redis never answers", Swallowed, Plain, &["--ttl", "3s"], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("every connection reset", Resetting, Plain, &[], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("busy", Direct, HeldByOther, &[], RUNS, 75, Wrapper("is busy")),
+    case("busy to the end of --wait", Direct, HeldByOther, &["--wait", "300ms"], RUNS,
+         75, Wrapper("end of --wait")),
+    case("wrong password", User("u", "wrong"), Plain, &[], RUNS, 77, Wrapper("denied")),
+    case("ACL denies the key", User("v", "pw"), Plain, &[], RUNS, 77, Wrapper("denied")),
+    case("malformed URL", Url("redis://[::1"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
+    case("unsupported URL scheme", Url("foo://bar"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
+    case("--max-runtime", Direct, Plain, &["--max-runtime", "300ms"], Sh("sleep 30"),
+         124, Stopped("reason=\"--max-runtime\"")),
+    case("lease lost: key deleted", Direct, DeletedMidRun, &["--ttl", "1s"], Sh("sleep 30"),
+         125, Stopped("lock lost")),
+    case("lease unconfirmed: Redis cut off", Proxied, BlackholedMidRun, &["--ttl", "1s"], Sh("sleep 30"),
+         125, Stopped("cannot be confirmed")),
+    case("SIGTERM while waiting", Direct, Sigterm, &["--wait", "10s"], RUNS,
+         143, Wrapper("SIGTERM before the command started")),
+];
+
+/// (4) Every status of SPEC §7 from its cause: the command's own statuses pass through
+/// (128+N for a death by signal N) with nothing said; each status of the wrapper's own comes
+/// with a line on stderr; and no run leaves the lock held.
+#[test]
+fn exit_status_matrix() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"u", b"on", b">pw", b"~*", b"+@all"]);
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"v", b"on", b">pw", b"~other:*", b"+@all"]);
+    let proxy = FaultProxy::start(redis.port);
+    let dir = tmp();
+    let not_executable = file(&dir, "not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let mut failures = Vec::new();
+    for (n, c) in MATRIX.iter().enumerate() {
+        let key = format!("lock:matrix:{n}");
+        let marker = file(&dir, &format!("ran-{n}"));
+        proxy.set(match c.via {
+            Swallowed => Mode::Blackhole,
+            Resetting => Mode::Reset,
+            _ => Mode::Pass,
+        });
+        let url = match c.via {
+            Direct => redis.url(),
+            Proxied | Swallowed | Resetting => proxy.url(),
+            Nowhere => nowhere.clone(),
+            User(user, password) => format!("redis://{user}:{password}@127.0.0.1:{}", redis.port),
+            Url(url) => url.to_owned(),
+        };
+        if c.setting == WrongType {
+            redis.cmd::<i64>(&[b"HSET", key.as_bytes(), b"field", b"value"]);
+        }
+        if matches!(c.setting, HeldByOther | Sigterm) {
+            redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"60000"]);
+        }
+        let mut cmd = wrapper(&url);
+        cmd.args(["-k", &key]).args(c.options).env("MARKER", &marker);
+        match c.cmd {
+            Sh(body) => {
+                cmd.args(["--", "sh", "-c"]).arg(format!("touch \"$MARKER\"; {body}"));
+            }
+            Argv(program) => {
+                cmd.args(["--", program]);
+            }
+            NotExecutable => {
+                cmd.arg("--").arg(&not_executable);
+            }
+            Nothing => {}
+        }
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        match c.setting {
+            DeletedMidRun | BlackholedMidRun => {
+                assert!(wait_until(Duration::from_secs(5), || marker.exists()), "{}: never ran", c.what);
+                if c.setting == DeletedMidRun {
+                    redis.cmd::<i64>(&[b"DEL", key.as_bytes()]);
+                } else {
+                    proxy.set(Mode::Blackhole);
+                }
+            }
+            Sigterm => {
+                std::thread::sleep(Duration::from_millis(300));
+                kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+            }
+            _ => {}
+        }
+        let out = wait_output(child, LIMIT);
+        proxy.set(Mode::Pass);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out.status.code().unwrap_or(-1);
+        let mut problems = Vec::new();
+        if code != c.status {
+            problems.push(format!("exit status {code}, expected {}", c.status));
+        }
+        if matches!(c.cmd, Sh(_)) && marker.exists() == matches!(c.by, Wrapper(_)) {
+            problems.push(format!("the command {}", if marker.exists() { "ran" } else { "did not run" }));
+        }
+        match c.by {
+            Own if !stderr.is_empty() => {
+                problems.push("the wrapper spoke up about the command's status".into())
+            }
+            Wrapper(says) | Stopped(says) => {
+                // Its own lines, or clap's for a command line it could not parse.
+                let said = stderr.lines().any(|l| {
+                    (l.starts_with("redlock-run: ") || l.starts_with("error: ")) && l.contains(says)
+                });
+                if !said {
+                    problems.push(format!("no line on stderr says {says:?}"));
+                }
+            }
+            Own => {}
+        }
+        if !out.stdout.is_empty() {
+            problems.push("something on stdout".to_owned());
+        }
+        // Nothing left held: the key is gone (at the latest when its TTL runs out), or still
+        // what someone else put there.
+        let expected = match c.setting {
+            HeldByOther | Sigterm => Some("someone-else"),
+            WrongType => Some("<hash>"),
+            _ => None,
+        };
+        if !wait_until(Duration::from_secs(2), || redis_value(&redis, &key).as_deref() == expected) {
+            problems.push(format!("the key holds {:?} afterwards", redis_value(&redis, &key)));
+        }
+        eprintln!("{code:>4}  {:<36} {}", c.what, if problems.is_empty() { "ok" } else { "FAILED" });
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}\n  stderr: {}", c.what, problems.join("; "), stderr.trim()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        MATRIX.len(),
+        failures.join("\n")
+    );
+}
+
+/// The key's value as text, `<hash>` for a hash.
+fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
+    let kind: String = redis.cmd(&[b"TYPE", key.as_bytes()]);
+    match kind.as_str() {
+        "none" => None,
+        "string" => redis.get(key.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned()),
+        other => Some(format!("<{other}>")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (5) A reply lost after the SET succeeded
+
+fn fence_counter(redis: &RedisServer, key: &str) -> Option<u64> {
+    let v: Option<String> = redis.cmd(&[b"GET", format!("{{{key}}}:fence").as_bytes()]);
+    v.map(|v| v.parse().expect("a number"))
+}
+
+/// Every reply lost: the SET reaches Redis and takes the lock, but the wrapper never learns
+/// it. It must not start the command, and it takes the lock back before it gives up.
+#[test]
+fn a_reply_lost_after_the_set_never_starts_the_command() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let key = "lock:lost-reply";
+    // Loads the scripts, and starts the fence counter.
+    assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
+    let fence_before = fence_counter(&redis, key).expect("a fence counter");
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+
+    proxy.set(Mode::DropReplies);
+    let before = proxy.counts();
+    // A 3 s TTL gives a 489 ms request timeout: two attempts fit in the 1 s of retries.
+    let r = run(wrapper(&proxy.url()).args(["-k", key, "--ttl", "3s", "--", "touch"]).arg(&marker), LIMIT);
+    let exited = Instant::now();
+    let during = proxy.counts();
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!marker.exists(), "the command ran without confirmed ownership");
+    assert!(r.stderr.contains("error"), "{}", r.stderr);
+    // The SET did take the lock in Redis; the retry found its own value and took no new fence.
+    assert_eq!(fence_counter(&redis, key), Some(fence_before + 1), "one fence taken, by the first SET");
+    assert!(
+        during.requests_forwarded - before.requests_forwarded >= 3,
+        "a retry and the take-back reached Redis too: {before:?} → {during:?}"
+    );
+    assert!(during.replies_dropped > before.replies_dropped, "replies were lost");
+    // Taken back by the compare-and-delete, before its 3 s TTL (restarted by the retry) ran out.
+    assert!(
+        wait_until(Duration::from_secs(1), || !redis.exists(key.as_bytes())),
+        "the lock taken by the lost SET was still there {:?} after the wrapper gave up",
+        exited.elapsed()
+    );
+    proxy.set(Mode::Pass);
+    assert_eq!(
+        run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code,
+        0,
+        "nothing left held"
+    );
+}
+
+/// Replies lost for a while, then back: a retry finds the lock holding this run's own value,
+/// which confirms ownership; the command runs once, with the fence of the SET whose reply was
+/// lost, and not before the confirmation.
+#[test]
+fn a_retry_after_a_lost_reply_confirms_ownership() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let key = "lock:confirm";
+    assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
+    let fence_before = fence_counter(&redis, key).expect("a fence counter");
+    let dir = tmp();
+    let out = file(&dir, "fence");
+    // Someone else holds the lock briefly; our waiter subscribes and waits for its expiry.
+    redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"1500"]);
+    let waiter = wrapper(&proxy.url())
+        .args([
+            "-k",
+            key,
+            "--ttl",
+            "10s",
+            "--wait",
+            "20s",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_FENCE\" >> \"$OUT\"",
+        ])
+        .env("OUT", &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let channel = format!("{{{key}}}:released");
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let n: Vec<(String, i64)> = redis.cmd(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()]);
+            n.first().is_some_and(|(_, subscribers)| *subscribers == 1)
+        }),
+        "the waiter subscribed"
+    );
+    proxy.set(Mode::DropReplies);
+    let before = proxy.counts();
+    // The other holder's lock expires; the waiter's SET takes it, but the reply is lost.
+    let taken =
+        wait_until(Duration::from_secs(5), || redis_value(&redis, key).is_some_and(|v| v != "someone-else"));
+    assert!(taken, "the waiter's SET reached Redis");
+    std::thread::sleep(Duration::from_millis(800));
+    let during = proxy.counts();
+    assert!(!out.exists(), "the command started before ownership was confirmed");
+    assert!(during.replies_dropped > before.replies_dropped);
+    proxy.set(Mode::Pass);
+    let done = wait_output(waiter, LIMIT);
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    let fences = std::fs::read_to_string(&out).expect("the command ran");
+    assert_eq!(fences.lines().count(), 1, "ran once: {fences:?}");
+    let fence: u64 = fences.trim().parse().unwrap();
+    assert_eq!(fence, fence_before + 1, "the fence of the SET whose reply was lost");
+    assert_eq!(fence_counter(&redis, key), Some(fence), "the confirmations took no new fence");
+    assert!(!redis.exists(key.as_bytes()), "released");
+}
