@@ -107,6 +107,19 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
     release(&mut lock, &key, keep, ended.code == 0, acquired, Some(ended.command_code)).await;
 
+    // A status the wrapper chose gets one error line, even with -q.
+    match ended.stopped {
+        Some(StopReason::MaxRuntime) => tracing::error!(
+            key = %key,
+            "the command was stopped after --max-runtime ({})",
+            humantime::format_duration(config.max_runtime.unwrap_or_default())
+        ),
+        Some(StopReason::LeaseLost) => tracing::error!(
+            key = %key,
+            "the command was stopped: the lock was lost or could not be confirmed before its deadline"
+        ),
+        _ => {}
+    }
     report.held = Some(acquired.elapsed());
     report.command_status = Some(ended.command_code);
     report.renewals = ended.renewals;

@@ -334,7 +334,8 @@ async fn next_event(watch: &mut Option<LeaseWatch<'_>>) -> Option<LeaseEvent> {
 
 fn lease_lost(on_lost: OnLost, why: &str) {
     match on_lost {
-        OnLost::Terminate => tracing::error!(reason = why, "lock lost; stopping the command"),
+        // The run's one error line comes at its end (exit 125); this is the moment it happened.
+        OnLost::Terminate => tracing::warn!(reason = why, "lock lost; stopping the command"),
         OnLost::Ignore => {
             tracing::error!(
                 reason = why,

@@ -312,10 +312,17 @@ fn a_paused_wrapper_kills_the_command_as_soon_as_it_wakes() {
 #[test]
 fn max_runtime_stops_the_command_with_124() {
     let redis = RedisServer::start();
-    let r = run(redlock(&redis).args(["-k", "lock:max", "--max-runtime", "1s", "--", "sleep", "30"]), LIMIT);
+    let r = run(
+        redlock(&redis).args(["-q", "-k", "lock:max", "--max-runtime", "1s", "--", "sleep", "30"]),
+        LIMIT,
+    );
     assert_eq!(r.code, 124, "{}", r.stderr);
     assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3), "{:?}", r.elapsed);
     assert!(!redis.exists(b"lock:max"));
+    // One line says why, even with -q.
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("--max-runtime"), "{lines:?}");
 }
 
 #[test]

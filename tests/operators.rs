@@ -79,7 +79,8 @@ fn json_logs_carry_the_lifecycle_events() {
     let out = wait_output(lost, LIMIT);
     assert_eq!(out.status.code(), Some(125));
     let lines = json_lines(&String::from_utf8_lossy(&out.stderr));
-    assert_eq!(event(&lines, "lock lost")["level"], "ERROR");
+    assert_eq!(event(&lines, "lock lost")["level"], "WARN");
+    assert_eq!(event(&lines, "the command was stopped")["level"], "ERROR", "one error line for exit 125");
     let stopping = event(&lines, "stopping the command");
     assert_eq!(stopping["signal"], "SIGTERM");
     assert!(stopping["reason"].is_string());

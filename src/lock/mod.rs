@@ -114,8 +114,7 @@ impl Lock {
         self.nodes.iter().map(|n| n.target.as_str()).collect::<Vec<_>>().join(", ")
     }
 
-    /// One attempt on every node at once, decided as soon as a majority granted or can no
-    /// longer grant. The lease counts from just before the requests went out, so the time the
+    /// One attempt on every node at once, given up as soon as a majority can no longer grant. The lease counts from just before the requests went out, so the time the
     /// slowest needed node took is already spent. What a failed attempt took is given back.
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
         let (n, quorum) = (self.nodes.len(), self.quorum());
@@ -142,8 +141,11 @@ impl Lock {
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
                 Err(f) => faults.push(f),
             }
+            // Stop at once when a majority can no longer grant. Once it has granted, the other
+            // nodes still get their answer in (each is bounded by the per-node timeout): a lock
+            // on every live node survives the loss of one more, and their fences count too.
             let refused = busy.len() + faults.len();
-            if granted_by.len() >= quorum || done.is_some() || n - refused < quorum {
+            if done.is_some() || n - refused < quorum {
                 break;
             }
         }
@@ -206,12 +208,14 @@ impl Lock {
                 Ok(_) | Err(Fault::WrongType(_)) => lost += 1,
                 Err(f) => faults.push(f),
             }
-            if renewed >= quorum {
-                return Ok(true);
-            }
+            // Lost as soon as a majority can no longer confirm; renewed when every node has
+            // answered (each bounded by the per-node timeout), so that no live node's copy lapses.
             if lost > n - quorum {
                 return Ok(false);
             }
+        }
+        if renewed >= quorum {
+            return Ok(true);
         }
         Err(if faults.is_empty() {
             Fault::Unavailable(format!("renewed on {renewed} of {n} nodes, {quorum} needed"))
