@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::config::RedisConfig;
 use crate::exit::Error;
 use crate::lock::admin::{self, Forced};
-use crate::lock::{Conn, Holder, Keys, Success, rfc3339_ms, show_key};
+use crate::lock::{Conn, Fault, Holder, Keys, Success, rfc3339_ms, show_key};
 
 /// Exit status of `status` when the lock is free (0 when held).
 const FREE: u8 = 1;
@@ -14,14 +14,23 @@ const FREE: u8 = 1;
 pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let nodes = redis.nodes();
-    let mut held_on = 0;
+    let (mut held_on, mut unreachable) = (0, 0);
     let mut texts = Vec::new();
     let mut values = Vec::new();
     for node in &nodes {
         let mut conn = Conn::new(node)?;
-        let snap = admin::snapshot(&mut conn, &keys)
-            .await
-            .map_err(|f| f.into_error(&format!("reading lock {} at {}", show_key(key), conn.target)))?;
+        let context = format!("reading lock {} at {}", show_key(key), conn.target);
+        let snap = match admin::snapshot(&mut conn, &keys).await {
+            Ok(snap) => snap,
+            // With a quorum, one unreachable node is part of the picture, not the end of it.
+            Err(Fault::Unavailable(e)) if nodes.len() > 1 => {
+                texts.push(format!("on {}:\n  unreachable: {e}\n", conn.target));
+                values.push((conn.target.clone(), serde_json::json!({ "error": e })));
+                unreachable += 1;
+                continue;
+            }
+            Err(f) => return Err(f.into_error(&context)),
+        };
         let (text, value, held) = describe(key, &snap, json);
         held_on += usize::from(held);
         if nodes.len() > 1 {
@@ -30,6 +39,9 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
             texts.push(text);
         }
         values.push((conn.target.clone(), value));
+    }
+    if unreachable == nodes.len() {
+        return Err(Error::Unavailable(format!("reading lock {}: no node answered", show_key(key))));
     }
     // With a Redlock quorum the lock is held when a majority of nodes hold it.
     let quorum = nodes.len() / 2 + 1;

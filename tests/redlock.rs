@@ -200,6 +200,12 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
     assert!(v["held_on"].as_u64().unwrap() >= 2, "{v}");
     assert_eq!(v["nodes"].as_array().unwrap().len(), 3);
+    // One node unreachable: status still answers, showing it.
+    nodes[0].freeze();
+    let s = run(&mut status, LIMIT);
+    nodes[0].thaw();
+    let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap_or_default();
+    assert!(v["nodes"][0]["error"].is_string(), "{}: {v}", s.stderr);
     let mut release = Command::new(BIN);
     release.args(["release", "--key", "lock:fq", "--force"]);
     for n in &nodes {
