@@ -378,3 +378,34 @@ pub fn tmp() -> TempDir {
 pub fn file(dir: &TempDir, name: &str) -> PathBuf {
     dir.path().join(name)
 }
+
+/// The classic lost-update check: `wrappers` shell loops each run `rounds` wrappers with
+/// `--wait` (and the Redis options in `redis_args`), whose command reads a counter file,
+/// sleeps and writes it back plus one. Returns the final count (`wrappers × rounds` if the
+/// critical sections never overlapped).
+pub fn contended_counter(redis_args: &[String], key: &str, wrappers: usize, rounds: usize) -> usize {
+    let dir = tmp();
+    let counter = file(&dir, "counter");
+    std::fs::write(&counter, "0\n").unwrap();
+    let script = "n=$(cat \"$COUNTER\"); sleep 0.02; echo $((n + 1)) > \"$COUNTER\"";
+    let loop_script = format!(
+        "for i in $(seq {rounds}); do \"$BIN\" {} -k {key} --wait 60s -- sh -c '{script}' || exit 1; done",
+        redis_args.join(" ")
+    );
+    let children: Vec<_> = (0..wrappers)
+        .map(|_| {
+            Command::new("sh")
+                .args(["-c", &loop_script])
+                .env("BIN", BIN)
+                .env("COUNTER", &counter)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let out = wait_output(c, Duration::from_secs(120));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap()
+}
