@@ -119,9 +119,14 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             );
         }
         tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");
-        tokio::select! {
-            () = sleep(delay) => {}
-            sig = signals.recv_before_start() => return Err(Error::interrupted(sig)),
+        let interrupted = tokio::select! {
+            () = sleep(delay) => None,
+            sig = signals.recv_before_start() => Some(sig),
+        };
+        if let Some(sig) = interrupted {
+            // The attempt that failed may still have taken the lock.
+            abandon(lock).await;
+            return Err(Error::interrupted(sig));
         }
     }
 }

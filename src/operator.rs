@@ -14,7 +14,8 @@ const FREE: u8 = 1;
 pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let nodes = redis.nodes();
-    let (mut held_on, mut unreachable) = (0, 0);
+    let mut unreachable = 0;
+    let mut holders: std::collections::HashMap<Vec<u8>, usize> = std::collections::HashMap::new();
     let mut texts = Vec::new();
     let mut values = Vec::new();
     for node in &nodes {
@@ -32,7 +33,12 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
             Err(f) => return Err(f.into_error(&context)),
         };
         let (text, value, held) = describe(key, &snap, json);
-        held_on += usize::from(held);
+        if held {
+            // Who holds it on this node: the stored value, or the key's type for a non-lock.
+            *holders
+                .entry(snap.value.clone().unwrap_or_else(|| snap.kind.clone().into_bytes()))
+                .or_insert(0) += 1;
+        }
         if nodes.len() > 1 {
             texts.push(format!("on {}:\n{}", conn.target, indent(&text)));
         } else {
@@ -43,9 +49,18 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
     if unreachable == nodes.len() {
         return Err(Error::Unavailable(format!("reading lock {}: no node answered", show_key(key))));
     }
-    // With a Redlock quorum the lock is held when a majority of nodes hold it.
+    // With a Redlock quorum the lock is held when a majority of nodes hold the same value.
     let quorum = nodes.len() / 2 + 1;
-    let held = held_on >= quorum;
+    let held_on = holders.values().copied().max().unwrap_or(0);
+    // Unknown when the unreachable nodes could make up the difference either way.
+    let state = if held_on >= quorum {
+        Some(true)
+    } else if held_on + unreachable >= quorum {
+        None
+    } else {
+        Some(false)
+    };
+    let held = state == Some(true);
     let out = match (json, values.len()) {
         (true, 1) => format!("{}\n", values.remove(0).1),
         (true, _) => {
@@ -58,23 +73,34 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
                 .collect();
             let all = serde_json::json!({
                 "key": String::from_utf8_lossy(key),
-                "held": held,
+                "held": state,
                 "held_on": held_on,
-                "quorum": nodes.len() / 2 + 1,
+                "quorum": quorum,
+                "unreachable": unreachable,
                 "nodes": nodes,
             });
             format!("{all}\n")
         }
         (false, 1) => texts.remove(0),
         (false, n) => format!(
-            "lock {}: {} ({held_on} of {n} nodes hold it, {} needed)\n{}",
+            "lock {}: {} ({held_on} of {n} nodes hold it, {quorum} needed{})\n{}",
             show_key(key),
-            if held { "held" } else { "free" },
-            n / 2 + 1,
+            match state {
+                Some(true) => "held",
+                Some(false) => "free",
+                None => "UNKNOWN",
+            },
+            if unreachable > 0 { format!(", {unreachable} unreachable") } else { String::new() },
             texts.concat()
         ),
     };
     print_out(&out)?;
+    if state.is_none() {
+        return Err(Error::Unavailable(format!(
+            "lock {}: whether a majority holds it is unknown ({unreachable} node(s) unreachable)",
+            show_key(key)
+        )));
+    }
     Ok(if held { 0 } else { FREE })
 }
 
@@ -174,14 +200,22 @@ pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let name = show_key(key);
     let mut released = Vec::new();
-    for node in redis.nodes() {
-        let mut conn = Conn::new(&node)?;
-        let forced = admin::force_release(&mut conn, &keys)
-            .await
-            .map_err(|f| f.into_error(&format!("releasing lock {name} at {}", conn.target)))?;
-        if let Forced::Deleted(value) = forced {
-            released.push(value);
+    let mut failed = Vec::new();
+    let nodes = redis.nodes();
+    for node in &nodes {
+        let mut conn = Conn::new(node)?;
+        match admin::force_release(&mut conn, &keys).await {
+            Ok(Forced::Deleted(value)) => released.push(value),
+            Ok(Forced::Free) => {}
+            // Every node is tried; the first failure is reported at the end.
+            Err(f) => failed.push(f.into_error(&format!("releasing lock {name} at {}", conn.target))),
         }
+    }
+    if failed.len() == nodes.len() || (released.is_empty() && !failed.is_empty()) {
+        return Err(failed.remove(0));
+    }
+    for e in &failed {
+        tracing::error!("{e}");
     }
     let Some(value) = released.first() else {
         print_out(&format!("lock {name} was not held; nothing to release\n"))?;

@@ -83,3 +83,13 @@ fn denials_are_77_and_never_show_the_password() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!String::from_utf8_lossy(&r.stdout).contains("Pa55-word"));
 }
+
+#[test]
+fn a_missing_command_permission_is_77() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"noincr", b"on", b">pw", b"~*", b"&*", b"+@all", b"-incr"]);
+    let url = format!("redis://noincr:pw@127.0.0.1:{}", redis.port);
+    let r = run(as_user(&url).args(["-k", "lock:noincr", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 77, "{}", r.stderr);
+    assert!(!redis.exists(b"lock:noincr"), "the lock was not left behind");
+}

@@ -196,3 +196,61 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     assert_eq!(even.code, 0, "{}", even.stderr);
     assert!(even.stderr.contains("odd number"), "warns on an even count: {}", even.stderr);
 }
+
+#[test]
+fn a_release_that_misses_nodes_is_not_reported_as_done() {
+    let nodes = nodes(3);
+    let wrapper = quorum(&nodes)
+        .args(["-k", "lock:partial", "--ttl", "20s", "--", "sleep", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:partial") == 3));
+    nodes[1].freeze();
+    nodes[2].freeze();
+    let out = wait_output(wrapper, LIMIT);
+    nodes[1].thaw();
+    nodes[2].thaw();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the command's status: {stderr}");
+    assert!(stderr.contains("outcome=\"unknown\""), "the release is not claimed: {stderr}");
+}
+
+#[test]
+fn status_needs_one_holder_on_a_majority_and_says_when_it_cannot_tell() {
+    let mut nodes = nodes(3);
+    let status = |nodes: &[RedisServer]| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["status", "--key", "lock:st"]);
+        for n in nodes {
+            cmd.args(["--redis-url", &n.url()]);
+        }
+        run(&mut cmd, LIMIT)
+    };
+    nodes[0].cmd::<()>(&[b"SET", b"lock:st", b"holder-x", b"PX", b"60000"]);
+    nodes[1].cmd::<()>(&[b"SET", b"lock:st", b"holder-y", b"PX", b"60000"]);
+    let split = status(&nodes);
+    assert_eq!(
+        split.code,
+        1,
+        "two different holders are no majority: {}",
+        String::from_utf8_lossy(&split.stdout)
+    );
+
+    let mut release = Command::new(BIN);
+    release.args(["release", "--key", "lock:st", "--force"]);
+    release.args(["--redis-url", &format!("redis://127.0.0.1:{}", free_port())]);
+    for n in &nodes {
+        release.args(["--redis-url", &n.url()]);
+    }
+    let r = run(&mut release, LIMIT);
+    assert_eq!(r.code, 0, "an unreachable node does not stop the others' release: {}", r.stderr);
+    assert_eq!(held_on(&nodes, b"lock:st"), 0);
+
+    nodes[0].cmd::<()>(&[b"SET", b"lock:st", b"holder-x", b"PX", b"60000"]);
+    nodes[1].stop();
+    nodes[2].stop();
+    let unknown = status(&nodes);
+    assert_eq!(unknown.code, 69, "one holder and two unreachable: unknown, not free: {}", unknown.stderr);
+    assert!(String::from_utf8_lossy(&unknown.stdout).contains("UNKNOWN"));
+}

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::fault::{self, FaultProxy, Mode, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport, Rng};
+use support::fault::{
+    self, FaultProxy, Holder, Mode, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport, Rng,
+};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -455,13 +457,22 @@ fn inject(
             assert!(r.code == 0 || r.code == 1, "release --force: {} {}", r.code, r.stderr);
         }
     }
+    // A data-loss fault takes effect when it is complete (a restart can take a while on a
+    // loaded machine): its holder must be stopped only if its work outlasts the next renewal
+    // after that; one whose work ended first was not run without the lock.
+    let end = Instant::now();
+    let must_stop = |h: &Holder| match plan.stops_within {
+        Some(within) if fault.loses_data() => h.done_by > end + within,
+        Some(_) => true,
+        None => false,
+    };
     Injected {
         fault,
         start,
         lifted: Instant::now() + plan.latency,
         paused,
         hit_holder: holder.is_some(),
-        victim: holder.filter(|_| plan.stops_within.is_some()).map(|h| h.ppid),
+        victim: holder.filter(must_stop).map(|h| h.ppid),
     }
 }
 

@@ -177,6 +177,18 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     assert_eq!(insecure.code, 0, "{}", insecure.stderr);
     assert!(insecure.stderr.contains("NOT verified"), "--tls-insecure warns: {}", insecure.stderr);
 
+    let with_password = run(
+        wrapper().args([
+            "-k",
+            "lock:tls",
+            "--redis-url",
+            &format!("redis://:pw@127.0.0.1:{}", t.tls_port),
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(with_password.code, 78, "detected even when AUTH comes first: {}", with_password.stderr);
     let plain_to_tls = run(
         wrapper().args([
             "-k",
@@ -567,8 +579,10 @@ fn cluster_follows_slots_and_keeps_derived_keys_together() {
         c.args(["-k", "lock:handoff", "--", "sleep", "1"]).spawn().expect("spawn")
     };
     std::thread::sleep(Duration::from_millis(300));
+    // The waiter's first seed is down: it subscribes through the next one.
     let mut waiter = wrapper();
-    waiter.args(["--cluster", "--redis-url", &cluster.nodes[2].url()]);
+    waiter.args(["--cluster", "--redis-url", &format!("redis://127.0.0.1:{}", free_port())]);
+    waiter.args(["--redis-url", &cluster.nodes[2].url()]);
     let r = run(waiter.args(["-k", "lock:handoff", "--wait", "10s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(3), "woken by the release: {:?}", r.elapsed);

@@ -61,7 +61,11 @@ impl Fault {
             }
             _ => {}
         }
-        if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        // Inside a script an ACL denial comes back as a plain ERR.
+        if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || text.contains("can't run this command")
+            || text.contains("no permissions to access")
+        {
             return Fault::Denied(text);
         }
         Fault::Failed(text)
@@ -111,6 +115,8 @@ pub struct Conn {
     client: Option<Client>,
     /// No request has been answered on this connection yet.
     fresh: bool,
+    /// Which Sentinel to ask first next time.
+    sentinel_turn: usize,
     connect_timeout: Duration,
     command_timeout: Duration,
     /// Where we connect, for messages: the URL without its password.
@@ -171,6 +177,7 @@ impl Conn {
             link: None,
             client: None,
             fresh: true,
+            sentinel_turn: 0,
             connect_timeout: redis.connect_timeout,
             command_timeout: redis.command_timeout,
             target,
@@ -217,25 +224,37 @@ impl Conn {
     /// timeouts. (In a Cluster, classic pub/sub reaches every node, so any node will do.)
     pub async fn subscribe(&mut self, channel: &[u8]) -> Result<PubSubStream, Fault> {
         let limit = self.connect_timeout + self.command_timeout;
-        let client = match &self.topology {
-            Topology::Cluster { .. } => make_client(self.info.clone(), self.tls.as_ref()),
+        let clients = match &self.topology {
+            // Any node will do; try the seeds in turn.
+            Topology::Cluster { seeds } => seeds
+                .iter()
+                .map(|seed| {
+                    let info = seed.as_str().into_connection_info()?;
+                    let info = info.set_redis_settings(self.info.redis_settings().clone());
+                    make_client(info, self.tls.as_ref())
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Fault::from_redis(&e))?,
             _ => {
                 self.link().await?;
-                Ok(self.client.clone().expect("set with the link"))
+                vec![self.client.clone().expect("set with the link")]
+            }
+        };
+        let mut last = Fault::Unavailable("no node to subscribe to".into());
+        for client in clients {
+            let subscribed = tokio::time::timeout(limit, async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, RedisError>(pubsub.into_on_message())
+            })
+            .await;
+            match subscribed {
+                Ok(Ok(stream)) => return Ok(stream),
+                Ok(Err(e)) => last = Fault::from_redis(&e),
+                Err(_) => last = Fault::Unavailable(format!("subscribing timed out after {limit:?}")),
             }
         }
-        .map_err(|e| Fault::from_redis(&e))?;
-        let subscribed = tokio::time::timeout(limit, async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok::<_, RedisError>(pubsub.into_on_message())
-        })
-        .await;
-        match subscribed {
-            Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(e)) => Err(Fault::from_redis(&e)),
-            Err(_) => Err(Fault::Unavailable(format!("subscribing timed out after {limit:?}"))),
-        }
+        Err(last)
     }
 
     async fn link(&mut self) -> Result<&mut Link, Fault> {
@@ -246,7 +265,12 @@ impl Conn {
                         .map_err(|e| Fault::from_redis(&e))?;
                     self.connect_node(client).await?
                 }
-                Topology::Sentinel { sentinels, master } => {
+                Topology::Sentinel { mut sentinels, master } => {
+                    // Start with the Sentinel after the one asked last time, so that one stale
+                    // Sentinel cannot keep naming a demoted master.
+                    let turn = self.sentinel_turn % sentinels.len().max(1);
+                    sentinels.rotate_left(turn);
+                    self.sentinel_turn += 1;
                     let (host, port) = self.discover(&sentinels, &master).await?;
                     let addr = match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
@@ -256,7 +280,23 @@ impl Conn {
                     };
                     let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
                         .map_err(|e| Fault::from_redis(&e))?;
-                    self.connect_node(client).await?
+                    let mut link = self.connect_node(client).await?;
+                    // The node must be a master now, not one a failover has just demoted.
+                    // (A user whose ACL does not allow ROLE skips the check.)
+                    if let Link::Node(conn) = &mut link {
+                        match redis::cmd("ROLE").query_async::<Vec<redis::Value>>(conn).await {
+                            Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") =>
+                                {}
+                            Ok(_) => {
+                                return Err(Fault::Unavailable(format!(
+                                    "the node Sentinel names for {master:?} is not a master (yet)"
+                                )));
+                            }
+                            Err(e) if e.code() == Some("NOPERM") => {}
+                            Err(e) => return Err(self.failed(&e)),
+                        }
+                    }
+                    link
                 }
                 Topology::Cluster { seeds } => {
                     let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
@@ -272,6 +312,9 @@ impl Conn {
                     }
                     if let Some(tls) = &self.tls {
                         builder = builder.certs(tls.clone());
+                    }
+                    if let ConnectionAddr::TcpTls { insecure: true, .. } = self.info.addr() {
+                        builder = builder.tls(redis::TlsMode::Insecure);
                     }
                     let client = builder.build().map_err(|e| Fault::Config(format!("cluster seeds: {e}")))?;
                     let conn = tokio::time::timeout(
@@ -298,6 +341,10 @@ impl Conn {
             }
             Err(e) => {
                 let fault = self.failed(&e);
+                // With a password, the connection already fails at AUTH: probe for TLS here too.
+                if self.plaintext_to_tls(&e, &fault).await {
+                    return Err(self.tls_port_fault());
+                }
                 // A TLS handshake with a plaintext Redis stalls until the timeout: say why.
                 if let (Fault::Unavailable(_), ConnectionAddr::TcpTls { host, port, .. }) =
                     (&fault, client.get_connection_info().addr())
@@ -354,20 +401,34 @@ impl Conn {
             Err(e) => {
                 let first = self.fresh;
                 let fault = self.failed(&e);
-                if first
-                    && matches!(fault, Fault::Unavailable(_))
-                    && (e.is_connection_dropped() || e.is_io_error())
-                    && let ConnectionAddr::Tcp(host, port) = self.info.addr()
-                    && matches!(self.topology, Topology::Single)
-                    && speaks_tls(host, *port, self.connect_timeout).await
-                {
-                    return Err(Fault::Config(format!(
-                        "{host}:{port} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"
-                    )));
+                if first && self.plaintext_to_tls(&e, &fault).await {
+                    return Err(self.tls_port_fault());
                 }
                 Err(fault)
             }
         }
+    }
+
+    /// A plaintext connection that the server reset at once (not a timeout: a frozen node must
+    /// cost no more than its timeout) may have reached a TLS port: probe it.
+    async fn plaintext_to_tls(&self, err: &RedisError, fault: &Fault) -> bool {
+        if !matches!(fault, Fault::Unavailable(_))
+            || err.is_timeout()
+            || err.is_connection_refusal()
+            || !(err.is_connection_dropped() || err.is_io_error())
+            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
+        {
+            return false;
+        }
+        match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => speaks_tls(host, *port, self.connect_timeout).await,
+            _ => false,
+        }
+    }
+
+    fn tls_port_fault(&self) -> Fault {
+        let addr = self.info.addr();
+        Fault::Config(format!("{addr} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"))
     }
 
     fn failed(&mut self, err: &RedisError) -> Fault {

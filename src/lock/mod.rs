@@ -230,8 +230,10 @@ impl Lock {
     pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<Released, Fault> {
         let Lock { nodes, keys, value, record, .. } = self;
         let record = record.as_ref().filter(|_| succeeded);
+        // Waiters of a quorum listen on one node, which may not have held our lock.
+        let announce = nodes.len() > 1;
         let answers = futures_util::future::join_all(
-            nodes.iter_mut().map(|node| release_on(node, keys, value, keep, record)),
+            nodes.iter_mut().map(|node| release_on(node, keys, value, keep, record, announce)),
         )
         .await;
         let mut faults = Vec::new();
@@ -246,11 +248,12 @@ impl Lock {
                 Err(f) => faults.push(f),
             }
         }
-        match outcome {
-            Some(Released::NotOurs) | None if !faults.is_empty() => Err(worst(faults)),
-            Some(r) => Ok(r),
-            None => Err(Fault::Internal("no node to release on".into())),
+        // A node that did not answer may still hold the lock: that is a failure to retry (a
+        // retry finds the nodes already released "not ours", which is fine), never a success.
+        if !faults.is_empty() {
+            return Err(worst(faults));
         }
+        outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))
     }
 }
 
@@ -295,12 +298,23 @@ async fn acquire_on(
             show_key(&keys.lock),
             as_text(reply.get(1))
         ))),
-        Some(Value::Int(-2)) => Err(Fault::WrongType(format!(
-            "fence counter {} is not an integer ({}); it was left untouched and the lock not taken",
-            show_key(&keys.fence),
-            as_text(reply.get(1))
-        ))),
+        Some(Value::Int(-2)) => Err(fence_fault(keys, &as_text(reply.get(1)))),
         _ => Err(unexpected()),
+    }
+}
+
+/// The fence counter could not be bumped (the lock was not taken): denied by the ACL, out of
+/// memory, or not a counter at all.
+fn fence_fault(keys: &Keys, error: &str) -> Fault {
+    let fence = show_key(&keys.fence);
+    if error.starts_with("NOPERM") || error.contains("can't run this command") {
+        Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
+    } else if error.starts_with("OOM") {
+        Fault::Unavailable(format!("bumping the fence counter {fence}: {error}"))
+    } else {
+        Fault::WrongType(format!(
+            "fence counter {fence} is not an integer ({error}); it was left untouched and the lock not taken"
+        ))
     }
 }
 
@@ -310,12 +324,13 @@ async fn release_on(
     value: &str,
     keep: Duration,
     record: Option<&(Vec<u8>, Duration)>,
+    announce: bool,
 ) -> Result<Released, Fault> {
     let mut script = scripts::RELEASE.key(&keys.lock);
     if let Some((key, _)) = record {
         script.key(key);
     }
-    script.arg(value).arg(&keys.released_channel).arg(millis(keep));
+    script.arg(value).arg(&keys.released_channel).arg(millis(keep)).arg(if announce { "1" } else { "0" });
     if let Some((_, ttl)) = record {
         script.arg(success_value()).arg(millis(*ttl));
     }

@@ -76,8 +76,8 @@ return 0
     )
 });
 
-/// KEYS: lock[, success record]. ARGV: value, release channel, keep ms, record value,
-/// record ttl ms.
+/// KEYS: lock[, success record]. ARGV: value, release channel, keep ms, announce always
+/// ("1" for a Redlock quorum, whose waiters listen on one node only), record value, record ttl ms.
 /// → `{1, recorded}` deleted (and waiters told); `{2, recorded}` kept for `keep ms` more
 ///   (`--min-hold`); `{0, recorded}` not ours, left untouched. The success record, when a key is
 ///   given, is written whoever holds the lock: the command did succeed. `recorded` is the error
@@ -87,7 +87,7 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local recorded = 0
 if KEYS[2] then
-  local ok = redis.pcall('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])
+  local ok = redis.pcall('SET', KEYS[2], ARGV[5], 'PX', ARGV[6])
   if type(ok) == 'table' and ok['err'] then recorded = ok['err'] end
 end
 if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -100,6 +100,7 @@ if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) 
   redis.pcall('PUBLISH', ARGV[2], 'released')
   return {1, recorded}
 end
+if ARGV[4] == '1' then redis.pcall('PUBLISH', ARGV[2], 'released') end
 return {0, recorded}
 "#,
     )
