@@ -4,7 +4,6 @@ mod support;
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Stdio;
 use std::time::Duration;
 
 use support::*;
@@ -14,36 +13,7 @@ const LIMIT: Duration = Duration::from_secs(20);
 #[test]
 fn twenty_wrappers_at_once_exactly_one_runs() {
     let redis = RedisServer::start();
-    let dir = tmp();
-    let marker = file(&dir, "ran");
-    let release = file(&dir, "release");
-    // The winner holds the lock until the test has seen the 19 others give up.
-    let mut children: Vec<_> = (0..20)
-        .map(|_| {
-            redlock(&redis)
-                .args(["--key", "lock:twenty", "--"])
-                .args(["sh", "-c", "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.01; done", "sh"])
-                .arg(&marker)
-                .arg(&release)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
-    let mut codes = settle(&mut children, 1, Duration::from_secs(20));
-    let settled = codes.iter().flatten().count() == 19;
-    std::fs::write(&release, "").unwrap();
-    for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-        if code.is_none() {
-            *code = wait_bounded(c, LIMIT).code();
-        }
-    }
-    assert!(settled, "19 wrappers gave up while one held the lock: {codes:?}");
-    let codes: Vec<i32> = codes.into_iter().map(|c| c.unwrap()).collect();
-    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "exactly one ran: {codes:?}");
-    assert_eq!(codes.iter().filter(|&&c| c == 75).count(), 19, "the others were busy: {codes:?}");
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
+    exactly_one_of(20, "lock:twenty", || redlock(&redis));
     assert!(!redis.exists(b"lock:twenty"), "released afterwards");
 }
 

@@ -29,40 +29,7 @@ fn held_on(nodes: &[RedisServer], key: &[u8]) -> usize {
 #[test]
 fn three_nodes_twenty_wrappers_exactly_one_runs() {
     let nodes = nodes(3);
-    let dir = tmp();
-    let (marker, release) = (file(&dir, "ran"), file(&dir, "release"));
-    let mut children: Vec<_> = (0..20)
-        .map(|_| {
-            quorum(&nodes)
-                .args([
-                    "-k",
-                    "lock:rl",
-                    "--",
-                    "sh",
-                    "-c",
-                    "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.01; done",
-                    "sh",
-                ])
-                .arg(&marker)
-                .arg(&release)
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
-    let mut codes = settle(&mut children, 1, Duration::from_secs(20));
-    let settled = codes.iter().flatten().count() == 19;
-    std::fs::write(&release, "").unwrap();
-    for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
-        if code.is_none() {
-            *code = wait_bounded(c, LIMIT).code();
-        }
-    }
-    assert!(settled, "{codes:?}");
-    let codes: Vec<i32> = codes.into_iter().map(Option::unwrap).collect();
-    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
-    assert_eq!(codes.iter().filter(|&&c| c == 75).count(), 19, "{codes:?}");
-    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n");
+    exactly_one_of(20, "lock:rl", || quorum(&nodes));
     assert_eq!(held_on(&nodes, b"lock:rl"), 0, "released everywhere");
 }
 

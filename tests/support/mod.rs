@@ -409,3 +409,44 @@ pub fn contended_counter(redis_args: &[String], key: &str, wrappers: usize, roun
     }
     std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap()
 }
+
+/// Starts `n` wrappers at once (built by `wrapper`, which is given the key) whose command marks
+/// a file and then holds the lock until all the others have exited. Checks that exactly one ran
+/// and the others found the lock busy (75).
+pub fn exactly_one_of(n: usize, key: &str, wrapper: impl Fn() -> Command) {
+    let dir = tmp();
+    let (marker, release) = (file(&dir, "ran"), file(&dir, "release"));
+    let mut children: Vec<_> = (0..n)
+        .map(|_| {
+            wrapper()
+                .args([
+                    "-k",
+                    key,
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo x >> \"$1\"; while [ ! -e \"$2\" ]; do sleep 0.01; done",
+                ])
+                .arg("sh")
+                .arg(&marker)
+                .arg(&release)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    let mut codes = settle(&mut children, 1, Duration::from_secs(20));
+    let settled = codes.iter().flatten().count() == n - 1;
+    std::fs::write(&release, "").unwrap();
+    for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
+        if code.is_none() {
+            *code = wait_bounded(c, Duration::from_secs(30)).code();
+        }
+    }
+    assert!(settled, "{} wrappers gave up while one held the lock: {codes:?}", n - 1);
+    let codes: Vec<i32> = codes.into_iter().map(Option::unwrap).collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "exactly one ran: {codes:?}");
+    assert_eq!(codes.iter().filter(|&&c| c == 75).count(), n - 1, "the others were busy: {codes:?}");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n", "the command ran once");
+}
