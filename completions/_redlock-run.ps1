@@ -47,6 +47,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter textfile collector')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
             [CompletionResult]::new('--fail-open', '--fail-open', [CompletionResultType]::ParameterName, 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)')
+            [CompletionResult]::new('--no-new-privs', '--no-new-privs', [CompletionResultType]::ParameterName, 'Start the command with no_new_privs set, so that sudo and setuid programs cannot make it another user''s process, which the wrapper could no longer stop')
             [CompletionResult]::new('--tls-insecure', '--tls-insecure', [CompletionResultType]::ParameterName, 'Do not verify the server''s certificate or host name (a warning says so on every run)')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'Talk to a Redis Cluster; the --redis-url values are its seed nodes')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')

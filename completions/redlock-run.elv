@@ -44,6 +44,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --metrics-file 'Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter textfile collector'
             cand --log-format 'Format of the diagnostics on stderr'
             cand --fail-open 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)'
+            cand --no-new-privs 'Start the command with no_new_privs set, so that sudo and setuid programs cannot make it another user''s process, which the wrapper could no longer stop'
             cand --tls-insecure 'Do not verify the server''s certificate or host name (a warning says so on every run)'
             cand --cluster 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
             cand -v 'More diagnostics on stderr (-v: info, -vv: debug)'

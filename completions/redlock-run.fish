@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_redlock_run_global_optspecs
-    string join \n k/key= t/ttl= busy-exit-code= min-hold= idempotency-key= idempotency-ttl= w/wait= fail-open renew-every= kill-grace= on-lost= max-runtime= redis-url= password-file= tls-ca-file= tls-cert-file= tls-key-file= tls-insecure sentinel= sentinel-master= cluster connect-timeout= command-timeout= metrics-file= v/verbose q/quiet log-format= h/help V/version
+    string join \n k/key= t/ttl= busy-exit-code= min-hold= idempotency-key= idempotency-ttl= w/wait= fail-open renew-every= kill-grace= on-lost= max-runtime= no-new-privs redis-url= password-file= tls-ca-file= tls-cert-file= tls-key-file= tls-insecure sentinel= sentinel-master= cluster connect-timeout= command-timeout= metrics-file= v/verbose q/quiet log-format= h/help V/version
 end
 
 function __fish_redlock_run_needs_command
@@ -49,6 +49,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l metrics-file -d
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l log-format -d 'Format of the diagnostics on stderr' -r -f -a "text\t'`redlock-run: level: message field=value …`'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l fail-open -d 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)'
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l no-new-privs -d 'Start the command with no_new_privs set, so that sudo and setuid programs cannot make it another user\'s process, which the wrapper could no longer stop'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-insecure -d 'Do not verify the server\'s certificate or host name (a warning says so on every run)'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l cluster -d 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'

@@ -21,6 +21,8 @@ pub struct LockEnv {
     pub token: Option<String>,
     pub fence: Option<String>,
     pub ttl_ms: u64,
+    /// Start the command with PR_SET_NO_NEW_PRIVS (`--no-new-privs`).
+    pub no_new_privs: bool,
 }
 
 pub struct Child {
@@ -32,6 +34,17 @@ pub struct Child {
     stopped: Option<Signal>,
     /// Kills the group if the wrapper dies before it is dismissed.
     guardian: Option<sys::Guardian>,
+}
+
+/// The command's process group, judged by the processes that can still run: zombies are not
+/// members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    Empty,
+    /// Every live member is stopped (job control).
+    Stopped,
+    /// At least one live member can run.
+    Running,
 }
 
 /// What [`Child::wait`] saw.
@@ -61,7 +74,7 @@ impl Child {
         }
 
         let foreground = sys::foreground_terminal();
-        sys::prepare_child(&mut cmd, foreground);
+        sys::prepare_child(&mut cmd, foreground, env.no_new_privs);
         sys::become_subreaper();
         let child = cmd.spawn().map_err(|e| {
             if foreground {
@@ -87,12 +100,27 @@ impl Child {
         self.foreground
     }
 
-    /// Sends `sig` to the command's whole process group. Harmless once the group is empty.
-    pub fn signal_group(&self, sig: Signal) {
+    /// Sends `sig` to the command's whole process group. Harmless once the group is empty;
+    /// EPERM means no member may be signalled by the wrapper (another user's processes).
+    pub fn signal_group(&self, sig: Signal) -> Result<(), Errno> {
         match killpg(self.pid, sig) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(e) => tracing::warn!("cannot send {sig} to the command's process group: {e}"),
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(e) => Err(e),
         }
+    }
+
+    /// The command's own status, once it has exited and been reaped.
+    pub fn exit_code(&self) -> Option<u8> {
+        self.exit
+    }
+
+    /// The command's process group, judged by the processes that can still run: a zombie
+    /// whose parent does not reap it keeps the group alive for `kill`, but not here.
+    pub fn group_state(&self) -> Group {
+        if killpg(self.pid, None) == Err(Errno::ESRCH) {
+            return Group::Empty;
+        }
+        group_state(self.pid.as_raw()).unwrap_or(Group::Running)
     }
 
     /// Waits until the command itself has exited (its exit status, 128+N for signal N) or was
@@ -152,7 +180,7 @@ impl Child {
     /// Continues the command's group after a suspension; a stop it reported meanwhile is
     /// history.
     pub fn resume_group(&mut self) {
-        self.signal_group(Signal::SIGCONT);
+        let _ = self.signal_group(Signal::SIGCONT);
         self.reap_orphans();
         self.stopped = None;
     }
@@ -167,7 +195,7 @@ impl Drop for Child {
     fn drop(&mut self) {
         // Whatever path leaves the wrapper, nothing of the command outlives it.
         if self.exit.is_none() || self.group_alive() {
-            self.signal_group(Signal::SIGKILL);
+            let _ = self.signal_group(Signal::SIGKILL);
         }
         if let Some(guardian) = self.guardian.take() {
             guardian.dismiss();
@@ -178,10 +206,58 @@ impl Drop for Child {
     }
 }
 
+/// The state of process group `pgid` from /proc: `None` when /proc cannot be read.
+fn group_state(pgid: i32) -> Option<Group> {
+    let mut state = Group::Empty;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        if !entry.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        // The process may have gone meanwhile; then it is no member.
+        let Ok(stat) = std::fs::read(entry.path().join("stat")) else {
+            continue;
+        };
+        match member_state(&stat, pgid) {
+            // Not in the group, a zombie, or dead.
+            None | Some(b'Z' | b'X' | b'x') => {}
+            Some(b'T' | b't') => state = Group::Stopped,
+            Some(_) => return Some(Group::Running),
+        }
+    }
+    Some(state)
+}
+
+/// The state letter of a process whose /proc/PID/stat is `stat`, if it belongs to group `pgid`.
+fn member_state(stat: &[u8], pgid: i32) -> Option<u8> {
+    // The fields after the command name (which may hold spaces and parentheses) start after
+    // the last ')': state, ppid, pgrp, …
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.bytes().next()?;
+    let pgrp: i32 = fields.nth(1)?.parse().ok()?;
+    (pgrp == pgid).then_some(state)
+}
+
 fn spawn_error(program: &OsString, e: &io::Error) -> Error {
     let code = match e.kind() {
         io::ErrorKind::NotFound => status::NOT_FOUND,
         _ => status::NOT_EXECUTABLE,
     };
     Error::Spawn { command: program.to_string_lossy().into_owned(), reason: e.to_string(), code }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::member_state;
+
+    #[test]
+    fn member_state_reads_the_state_and_group_after_the_command_name() {
+        // The command name may hold spaces and parentheses; the fields start after the last ')'.
+        let stat = b"4242 (a) (b c)) Z 1 777 777 0 -1 4194560";
+        assert_eq!(member_state(stat, 777), Some(b'Z'));
+        assert_eq!(member_state(stat, 778), None);
+        assert_eq!(member_state(b"17 (sleep) T 16 17 17 0", 17), Some(b'T'));
+        assert_eq!(member_state(b"garbage", 17), None);
+    }
 }

@@ -111,6 +111,11 @@ pub struct Cli {
     #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", help_heading = "Command supervision")]
     pub max_runtime: Option<String>,
 
+    /// Start the command with no_new_privs set, so that sudo and setuid programs cannot make it
+    /// another user's process, which the wrapper could no longer stop
+    #[arg(long, env = "REDLOCK_NO_NEW_PRIVS", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Command supervision")]
+    pub no_new_privs: bool,
+
     #[command(flatten)]
     pub redis: RedisArgs,
 

@@ -271,6 +271,8 @@ pub struct Config {
     pub kill_grace: Duration,
     pub on_lost: OnLost,
     pub max_runtime: Option<Duration>,
+    /// Start the command with PR_SET_NO_NEW_PRIVS (`--no-new-privs`).
+    pub no_new_privs: bool,
     pub busy_exit_code: u8,
     pub redis: RedisConfig,
     pub metrics_file: Option<PathBuf>,
@@ -361,6 +363,7 @@ impl Config {
                 OnLostArg::Ignore => OnLost::Ignore,
             },
             max_runtime,
+            no_new_privs: cli.no_new_privs,
             busy_exit_code: cli.busy_exit_code,
             redis,
             metrics_file: cli.metrics_file,

@@ -89,6 +89,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         token: Some(lock.value().to_owned()),
         fence: Some(fence.to_string()),
         ttl_ms: config.ttl.as_millis() as u64,
+        no_new_privs: config.no_new_privs,
     };
     let mut child = match Child::spawn(&config.command, &env) {
         Ok(child) => child,
@@ -105,10 +106,28 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
-    release(&mut lock, &key, keep, ended.code == 0, acquired, Some(ended.command_code)).await;
+    if ended.survivors {
+        // Releasing would let another run start beside processes that still run.
+        let lock_state = if ended.lost {
+            "the lock is already gone, so another run may start beside them".to_owned()
+        } else {
+            format!(
+                "the lock was NOT released and expires by itself within --ttl ({}), after which \
+                 another run may start beside them",
+                humantime::format_duration(config.ttl)
+            )
+        };
+        tracing::error!(
+            key = %key,
+            "the command could not be stopped: processes of its group still run; {lock_state}"
+        );
+    } else {
+        release(&mut lock, &key, keep, ended.code == 0, acquired, ended.command_code).await;
+    }
 
     // A status the wrapper chose gets one error line, even with -q.
     match ended.stopped {
+        _ if ended.survivors => {}
         Some(StopReason::MaxRuntime) => tracing::error!(
             key = %key,
             "the command was stopped after --max-runtime ({})",
@@ -121,7 +140,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         _ => {}
     }
     report.held = Some(acquired.elapsed());
-    report.command_status = Some(ended.command_code);
+    report.command_status = ended.command_code;
     report.renewals = ended.renewals;
     report.renewal_failures = ended.renewal_failures;
     report.lost = ended.lost;
@@ -151,10 +170,14 @@ async fn run_unlocked(
         token: None,
         fence: None,
         ttl_ms: config.ttl.as_millis() as u64,
+        no_new_privs: config.no_new_privs,
     };
     let mut child = Child::spawn(&config.command, &env)?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
-    report.command_status = Some(ended.command_code);
+    if ended.survivors {
+        tracing::error!("the command could not be stopped: processes of its group still run");
+    }
+    report.command_status = ended.command_code;
     Ok(ended.code)
 }
 

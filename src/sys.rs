@@ -46,8 +46,10 @@ pub fn become_subreaper() -> bool {
 }
 
 /// Arranges for the command to start in its own process group (and, with `foreground`, as the
-/// terminal's foreground group) and to be killed if the wrapper dies.
-pub fn prepare_child(cmd: &mut Command, foreground: bool) {
+/// terminal's foreground group) and to be killed if the wrapper dies; with `no_new_privs`, it
+/// can never gain privileges (setuid bits, file capabilities) and so never leave the wrapper's
+/// reach.
+pub fn prepare_child(cmd: &mut Command, foreground: bool, no_new_privs: bool) {
     let parent = nix::unistd::getpid();
     cmd.process_group(0);
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -65,6 +67,9 @@ pub fn prepare_child(cmd: &mut Command, foreground: bool) {
             }
             if foreground {
                 give_terminal_to(nix::unistd::getpid());
+            }
+            if no_new_privs {
+                nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
             }
             Ok(())
         });

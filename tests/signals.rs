@@ -405,3 +405,101 @@ fn a_stderr_nobody_reads_never_blocks_the_watchdog() {
         assert_eq!(status.code(), Some(if trigger == "lost" { 125 } else { 143 }), "{trigger}");
     }
 }
+
+fn lines(path: &std::path::Path) -> usize {
+    std::fs::read_to_string(path).unwrap_or_default().lines().count()
+}
+
+/// SIGTSTP to the wrapper when the command ignores it: the wrapper keeps running (and renewing)
+/// while the command runs, stops the group with SIGSTOP after --kill-grace, and only then
+/// suspends itself — so the command never runs while nothing renews its lock.
+#[test]
+fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, log) = (file(&dir, "pid"), file(&dir, "log"));
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:tstp-ignored", "--ttl", "3s", "--kill-grace", "1s", "--", "sh", "-c"])
+        .arg("trap '' TSTP; echo $$ > \"$PIDFILE\"; while :; do echo x >> \"$LOG\"; sleep 0.05; done")
+        .env("PIDFILE", &pidfile)
+        .env("LOG", &log)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid: u32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_ne!(process_state(wrapper.id()).as_deref(), Some("T"), "suspended while the command runs");
+    assert!(
+        wait_until(Duration::from_secs(3), || process_state(wrapper.id()).as_deref() == Some("T")),
+        "the wrapper suspends once the group is stopped"
+    );
+    assert_eq!(process_state(pid).as_deref(), Some("T"), "the command was stopped with SIGSTOP");
+    // The lease lapses meanwhile; whoever takes the lock next runs alone.
+    let before = lines(&log);
+    std::thread::sleep(Duration::from_millis(3500));
+    assert_eq!(run(redlock(&redis).args(["-k", "lock:tstp-ignored", "--", "true"]), LIMIT).code, 0);
+    assert_eq!(lines(&log), before, "the suspended command made progress");
+    kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(125), "the lapsed lease rules on resume");
+    assert_eq!(lines(&log), before, "the command never ran again after the lease lapsed");
+}
+
+/// A zombie whose parent left the session stays in the command's group (kill(2) still finds
+/// the group), but it is no live member: the run ends with the command, and a SIGTERM is never
+/// ignored for its sake.
+#[test]
+fn a_zombie_left_in_the_group_does_not_keep_the_wrapper_alive() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "sleeper");
+    // The fork child exits at once and stays a zombie: its parent (the sleeper) never waits
+    // for it, and has left the group with setsid.
+    let python = "import os,sys,time\n\
+                  if os.fork() == 0: time.sleep(.2); os._exit(0)\n\
+                  os.setsid()\n\
+                  open(sys.argv[1], 'w').write(f'{os.getpid()}\\n')\n\
+                  time.sleep(60)";
+    let r = run(
+        redlock(&redis)
+            .args(["-k", "lock:zombie", "--ttl", "5s", "--", "sh", "-c"])
+            .arg(format!("python3 -c \"{python}\" \"$PIDFILE\" >/dev/null 2>&1 & sleep 0.5"))
+            .env("PIDFILE", &pidfile),
+        Duration::from_secs(15),
+    );
+    let sleeper: i32 = read_when_present(&pidfile, Duration::from_secs(1)).trim().parse().unwrap();
+    let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
+    assert!(!redis.exists(b"lock:zombie"));
+}
+
+/// `sh` starts `&` jobs with SIGINT and SIGQUIT ignored: after a forwarded SIGINT ended the
+/// command, what it left behind gets SIGTERM at once instead of waiting for --kill-grace.
+#[test]
+fn leftovers_get_sigterm_as_soon_as_the_command_has_exited() {
+    let redis = RedisServer::start();
+    for sig in [Signal::SIGINT, Signal::SIGQUIT] {
+        let dir = tmp();
+        let (pidfile, log) = (file(&dir, "pid"), file(&dir, "log"));
+        let mut wrapper = redlock(&redis)
+            .args(["-k", "lock:leftover-int", "--kill-grace", "10s", "--", "sh", "-c"])
+            .arg(
+                "(trap 'echo term >> \"$LOG\"; exit 0' TERM; while :; do sleep 0.05; done) & \
+                 echo $$ > \"$PIDFILE\"; wait",
+            )
+            .env("PIDFILE", &pidfile)
+            .env("LOG", &log)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        read_when_present(&pidfile, Duration::from_secs(5));
+        let sent = Instant::now();
+        kill(pid_of(&wrapper), sig).unwrap();
+        let status = wait_bounded(&mut wrapper, LIMIT);
+        assert!(sent.elapsed() < Duration::from_secs(5), "{sig}: took {:?}", sent.elapsed());
+        assert_eq!(status.code(), Some(128 + sig as i32), "{sig}");
+        assert!(std::fs::read_to_string(&log).unwrap_or_default().contains("term"), "{sig}: no SIGTERM");
+        assert!(!redis.exists(b"lock:leftover-int"));
+    }
+}

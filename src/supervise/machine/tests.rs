@@ -1,0 +1,538 @@
+//! The machine driven by generated event orders on tokio's paused clock, against a model of
+//! the command's process group, checking the supervisor's invariants after every step:
+//!
+//! 1. with `--on-lost terminate`, every process of the group is dead (SIGKILLed) by
+//!    `deadline − KILL_AHEAD` of the last confirmed lease, and gets SIGTERM as soon as the
+//!    lock is reported lost — unless it cannot be signalled, and then the run ends as soon as
+//!    the lease is gone;
+//! 2. the wrapper never suspends itself while a member of the group can run;
+//! 3. a SIGTERM or SIGINT to the wrapper always ends the run within `grace + KILL_WAIT`
+//!    (plus one poll);
+//! 4. a renewal reported after the lease lapsed never revives it;
+//! 5. the run ends normally only when nothing of the group is left, with the status the
+//!    command and the stop reason call for;
+//! 6. once the command has exited, what it left behind gets SIGTERM, then SIGKILL after the
+//!    grace: the run ends within `grace + KILL_WAIT` (plus polls).
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tokio::time::{Instant, advance};
+
+use super::*;
+use crate::lock::renewer::LeaseEvent;
+
+const TTL: Duration = Duration::from_millis(3000);
+
+/// Something that happens in the world, after a pause.
+#[derive(Debug, Clone)]
+enum Ev {
+    /// A renewal whose request went out `rtt` before its reply.
+    Renew {
+        rtt_ms: u64,
+    },
+    RenewFailing,
+    Lost,
+    Signal(Signal),
+    /// The command exits by itself (its leftovers stay).
+    CommandExits(u8),
+    LeftoverExits,
+    /// Ctrl-Z on the terminal: SIGTSTP to the whole group, from the kernel.
+    CtrlZ,
+    /// SIGCONT to the wrapper from outside (`fg`, `kill -CONT`).
+    Continue,
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    grace_ms: u64,
+    terminate: bool,
+    foreground: bool,
+    max_runtime_ms: Option<u64>,
+    /// Whether the command and its leftovers ignore SIGTERM, SIGINT/QUIT and SIGTSTP.
+    ignores_term: bool,
+    ignores_int: bool,
+    ignores_tstp: bool,
+    leftovers: usize,
+    /// The group runs as another user: every signal fails with EPERM.
+    unkillable: bool,
+    events: Vec<(u64, Ev)>,
+}
+
+fn signal() -> impl Strategy<Value = Signal> {
+    prop_oneof![
+        Just(Signal::SIGTERM),
+        Just(Signal::SIGINT),
+        Just(Signal::SIGQUIT),
+        Just(Signal::SIGHUP),
+        Just(Signal::SIGUSR1),
+        Just(Signal::SIGTSTP),
+        Just(Signal::SIGWINCH),
+        Just(Signal::SIGTTIN),
+    ]
+}
+
+fn event() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        4 => (0u64..400).prop_map(|rtt_ms| Ev::Renew { rtt_ms }),
+        1 => Just(Ev::RenewFailing),
+        1 => Just(Ev::Lost),
+        2 => signal().prop_map(Ev::Signal),
+        1 => prop_oneof![Just(0u8), Just(3), Just(130)].prop_map(Ev::CommandExits),
+        1 => Just(Ev::LeftoverExits),
+        1 => Just(Ev::CtrlZ),
+        1 => Just(Ev::Continue),
+    ]
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        (prop_oneof![Just(5u64), Just(200), Just(500)], any::<bool>(), any::<bool>()),
+        proptest::option::weighted(0.2, 100u64..4000),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        (0usize..3, proptest::bool::weighted(0.15)),
+        proptest::collection::vec((0u64..1500, event()), 0..24),
+    )
+        .prop_map(
+            |(
+                (grace_ms, terminate, foreground),
+                max_runtime_ms,
+                (ignores_term, ignores_int, ignores_tstp),
+                (leftovers, unkillable),
+                events,
+            )| Case {
+                grace_ms,
+                terminate,
+                foreground,
+                max_runtime_ms,
+                ignores_term,
+                ignores_int,
+                ignores_tstp,
+                leftovers,
+                unkillable,
+                events,
+            },
+        )
+}
+
+/// One process of the group.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    alive: bool,
+    stopped: bool,
+}
+
+/// The world around the machine: the command, its leftovers, the renewer, the wrapper.
+struct World {
+    case: Case,
+    command: Proc,
+    exit: Option<u8>,
+    /// When the command exited (by itself or by a signal).
+    exited_at: Option<Instant>,
+    exit_reported: bool,
+    leftovers: Vec<Proc>,
+    /// The renewer's own lease: what Redis was last confirmed to hold, and until when.
+    renewer: Option<Lease>,
+    /// The last confirmed deadline (the renewer stops extending it once it lapsed).
+    valid_until: Instant,
+    lost_at: Option<Instant>,
+    suspended: bool,
+    /// Signals that reached the wrapper while it was suspended: handled when it runs again.
+    pending: Vec<Signal>,
+    /// The first SIGTERM/SIGINT the wrapper handled.
+    asked_to_stop: Option<Instant>,
+    term_seen: bool,
+    machine: Machine,
+}
+
+impl World {
+    fn new(case: Case) -> Self {
+        let now = Instant::now();
+        let lease = Lease::new(now, TTL);
+        let rules = Rules {
+            grace: Duration::from_millis(case.grace_ms),
+            on_lost: if case.terminate { OnLost::Terminate } else { OnLost::Ignore },
+            max_runtime_at: case.max_runtime_ms.map(|ms| now + Duration::from_millis(ms)),
+            foreground: case.foreground,
+        };
+        let leftovers = vec![Proc { alive: true, stopped: false }; case.leftovers];
+        World {
+            command: Proc { alive: true, stopped: false },
+            exit: None,
+            exited_at: None,
+            exit_reported: false,
+            leftovers,
+            renewer: Some(lease),
+            valid_until: lease.deadline(),
+            lost_at: None,
+            suspended: false,
+            pending: Vec::new(),
+            asked_to_stop: None,
+            term_seen: false,
+            machine: Machine::new(rules, Some(lease), now),
+            case,
+        }
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Proc> {
+        std::iter::once(&self.command).chain(&self.leftovers).filter(|p| p.alive)
+    }
+
+    fn group(&self) -> Group {
+        if self.live().next().is_none() {
+            Group::Empty
+        } else if self.live().all(|p| p.stopped) {
+            Group::Stopped
+        } else {
+            Group::Running
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        let mut out = Vec::new();
+        self.machine.handle(input, Instant::now(), &mut out);
+        self.carry_out(out);
+    }
+
+    /// What the real shell does: carry out actions, report back, tick, until quiet.
+    fn carry_out(&mut self, mut out: Vec<Action>) {
+        for _ in 0..256 {
+            self.report_exit(&mut out);
+            if out.is_empty() {
+                self.machine.tick(Instant::now(), &mut out);
+                self.report_exit(&mut out);
+                if out.is_empty() {
+                    return;
+                }
+            }
+            let action = out.remove(0);
+            let now = Instant::now();
+            match action {
+                Action::Signal(sig) => {
+                    if self.case.unkillable {
+                        self.machine.handle(Input::Unkillable, now, &mut out);
+                    } else {
+                        self.deliver(sig);
+                    }
+                }
+                Action::Inspect => {
+                    let group = self.group();
+                    self.machine.handle(Input::Group(group), now, &mut out);
+                }
+                Action::SuspendSelf => {
+                    assert_eq!(self.group(), Group::Stopped, "suspended itself while the group runs");
+                    self.suspended = true;
+                    // Nothing more happens until the wrapper is continued.
+                    return;
+                }
+                Action::Resume => self.deliver(Signal::SIGCONT),
+            }
+        }
+        panic!("the machine does not settle");
+    }
+
+    /// SIGCHLD: the command's exit reaches the machine as soon as it happens.
+    fn report_exit(&mut self, out: &mut Vec<Action>) {
+        if let (Some(code), false, false) = (self.exit, self.exit_reported, self.suspended) {
+            self.exit_reported = true;
+            self.machine.handle(Input::Exited(code), Instant::now(), out);
+        }
+    }
+
+    fn deliver(&mut self, sig: Signal) {
+        let case = self.case.clone();
+        let was_running = self.command.alive && !self.command.stopped;
+        let act = |p: &mut Proc, is_command: bool| -> Option<u8> {
+            if !p.alive {
+                return None;
+            }
+            match sig {
+                Signal::SIGKILL => {
+                    p.alive = false;
+                    Some(137)
+                }
+                Signal::SIGSTOP => {
+                    p.stopped = true;
+                    None
+                }
+                Signal::SIGCONT => {
+                    p.stopped = false;
+                    None
+                }
+                Signal::SIGTSTP if !case.ignores_tstp => {
+                    p.stopped = true;
+                    None
+                }
+                // A stopped process acts on these only once continued; the model keeps it simple
+                // and lets them pass by.
+                _ if p.stopped => None,
+                Signal::SIGTERM if !case.ignores_term => {
+                    p.alive = false;
+                    Some(143)
+                }
+                // `sh` starts background jobs with INT and QUIT ignored.
+                Signal::SIGINT | Signal::SIGQUIT if is_command && !case.ignores_int => {
+                    p.alive = false;
+                    Some(128 + sig as u8)
+                }
+                _ => None,
+            }
+        };
+        if let Some(code) = act(&mut self.command, true) {
+            self.exit = Some(code);
+            self.exited_at = Some(Instant::now());
+        }
+        for p in &mut self.leftovers {
+            act(p, false);
+        }
+        if was_running && self.command.alive && self.command.stopped && self.case.foreground {
+            // waitpid(WUNTRACED) reports the stop of a foreground job.
+            let mut out = Vec::new();
+            self.machine.handle(Input::Stopped, Instant::now(), &mut out);
+            self.carry_out(out);
+        }
+    }
+
+    fn happen(&mut self, ev: Ev) {
+        let now = Instant::now();
+        if self.suspended {
+            match ev {
+                Ev::Signal(sig) => self.pending.push(sig),
+                Ev::Continue => {
+                    self.suspended = false;
+                    let mut out = Vec::new();
+                    self.machine.handle(Input::Resumed, now, &mut out);
+                    self.carry_out(out);
+                    for sig in std::mem::take(&mut self.pending) {
+                        self.signal(sig);
+                    }
+                }
+                // The renewer is stopped with the process, and so is everything else here.
+                _ => {}
+            }
+            return;
+        }
+        match ev {
+            Ev::Renew { rtt_ms } => {
+                let Some(mut lease) = self.renewer else { return };
+                let sent = now.checked_sub(Duration::from_millis(rtt_ms)).unwrap_or(now);
+                if lease.renewed(sent, now) {
+                    self.renewer = Some(lease);
+                    if self.lost_at.is_none() {
+                        self.valid_until = lease.deadline();
+                    }
+                    self.input(Input::Lease(LeaseEvent::Renewed(lease)));
+                } else {
+                    self.renewer = None;
+                    self.input(Input::Lease(LeaseEvent::Expired));
+                }
+            }
+            Ev::RenewFailing => {
+                if let Some(lease) = self.renewer {
+                    let left = lease.remaining(now);
+                    self.input(Input::Lease(LeaseEvent::Failing { error: "timed out".into(), left }));
+                }
+            }
+            Ev::Lost => {
+                if self.renewer.take().is_some() {
+                    self.lost_at.get_or_insert(now);
+                    self.input(Input::Lease(LeaseEvent::Lost));
+                    if self.case.terminate && !self.case.unkillable && self.machine.finished().is_none() {
+                        assert!(
+                            self.machine.term_sent || self.machine.killed_at.is_some(),
+                            "a lost lock stops the command at once"
+                        );
+                    }
+                }
+            }
+            Ev::Signal(sig) => self.signal(sig),
+            Ev::CommandExits(code) => {
+                if self.command.alive && !self.command.stopped {
+                    self.command.alive = false;
+                    self.exit = Some(code);
+                    self.exited_at = Some(now);
+                    self.carry_out(Vec::new());
+                }
+            }
+            Ev::LeftoverExits => {
+                if let Some(p) = self.leftovers.iter_mut().find(|p| p.alive && !p.stopped) {
+                    p.alive = false;
+                    self.carry_out(Vec::new());
+                }
+            }
+            Ev::CtrlZ => {
+                if self.case.foreground {
+                    self.deliver(Signal::SIGTSTP);
+                }
+            }
+            Ev::Continue => {}
+        }
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        if matches!(sig, Signal::SIGTERM | Signal::SIGINT) && self.machine.finished().is_none() {
+            self.asked_to_stop.get_or_insert(Instant::now());
+        }
+        self.term_seen |= sig == Signal::SIGTERM;
+        self.input(Input::Signal(sig));
+    }
+
+    fn check(&self) {
+        let now = Instant::now();
+        let grace = Duration::from_millis(self.case.grace_ms);
+        let m = &self.machine;
+        if let Some(finish) = m.finished() {
+            if finish.survivors {
+                assert!(self.case.unkillable, "survivors only when the group cannot be signalled");
+            } else {
+                assert_eq!(self.group(), Group::Empty, "finished with members left");
+                let code = self.exit.expect("finished before the command exited");
+                let expected = match m.reason() {
+                    Some(StopReason::LeaseLost) => status::LEASE_LOST,
+                    Some(StopReason::MaxRuntime) => status::MAX_RUNTIME,
+                    _ => code,
+                };
+                assert_eq!(finish.code, expected);
+            }
+            return;
+        }
+        if self.suspended {
+            return;
+        }
+        if self.case.terminate {
+            // Ownership lost: SIGKILL follows SIGTERM after the grace at the latest.
+            let kill_by = match self.lost_at {
+                Some(at) => (at + grace).min(self.valid_until - KILL_AHEAD),
+                None => self.valid_until - KILL_AHEAD,
+            };
+            if self.case.unkillable {
+                assert!(
+                    now < self.valid_until && self.lost_at.is_none(),
+                    "an unkillable command's run outlived the lease"
+                );
+            } else if now >= kill_by {
+                assert_eq!(self.group(), Group::Empty, "the group outlived the lease's kill point");
+            }
+        }
+        if let Some(exited) = self.exited_at {
+            assert!(
+                now <= exited + grace + KILL_WAIT + 2 * POLL_EVERY,
+                "the run did not end in time after the command exited"
+            );
+        }
+        if let Some(asked) = self.asked_to_stop {
+            assert!(
+                now <= asked + grace + KILL_WAIT + POLL_EVERY,
+                "a SIGTERM/SIGINT did not end the run in time"
+            );
+        }
+        if self.lost_at.is_some() || now >= self.valid_until {
+            assert!(m.lost() || now < m.lease.map_or(now, |l| l.deadline()), "a lapsed lease was revived");
+        }
+    }
+}
+
+async fn simulate(case: Case) {
+    let mut world = World::new(case.clone());
+    world.carry_out(Vec::new());
+    world.check();
+    // After the generated events, the world keeps going on its own: time passes and the
+    // wrapper, if suspended, is continued, until the run ends.
+    let tail = (0..64).map(|_| (250, Ev::Continue));
+    for (delay_ms, ev) in case.events.into_iter().chain(tail) {
+        let until = Instant::now() + Duration::from_millis(delay_ms);
+        // Time passes in steps: to each moment the machine wants to act, then to the event.
+        for _ in 0..1000 {
+            let now = Instant::now();
+            if now >= until || world.machine.finished().is_some() {
+                break;
+            }
+            let wake =
+                if world.suspended { until } else { world.machine.next_wake().unwrap_or(until).min(until) };
+            advance(wake.saturating_duration_since(now).max(Duration::from_millis(1))).await;
+            if !world.suspended {
+                world.carry_out(Vec::new());
+            }
+            world.check();
+        }
+        if world.machine.finished().is_some() {
+            break;
+        }
+        world.happen(ev);
+        world.check();
+    }
+    if !world.suspended {
+        // Nothing more happens on its own: the command runs until it is stopped or the lease
+        // allows; with nothing to stop it, ending unfinished is fine.
+        world.check();
+    }
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_for_any_order_of_events(case in case()) {
+        paused_runtime().block_on(simulate(case));
+    }
+}
+
+/// A command that ignores SIGTSTP: the wrapper keeps renewing, then stops the group with
+/// SIGSTOP after the grace, and only then suspends itself.
+#[test]
+fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
+    paused_runtime().block_on(async {
+        let case = Case {
+            grace_ms: 200,
+            terminate: true,
+            foreground: false,
+            max_runtime_ms: None,
+            ignores_term: false,
+            ignores_int: false,
+            ignores_tstp: true,
+            leftovers: 1,
+            unkillable: false,
+            events: Vec::new(),
+        };
+        let mut world = World::new(case);
+        world.happen(Ev::Signal(Signal::SIGTSTP));
+        advance(Duration::from_millis(100)).await;
+        world.carry_out(Vec::new());
+        assert!(!world.suspended && world.group() == Group::Running, "still renewing, not suspended");
+        world.happen(Ev::Renew { rtt_ms: 1 });
+        advance(Duration::from_millis(110)).await;
+        world.carry_out(Vec::new());
+        assert!(world.suspended, "suspended once SIGSTOP stopped the group");
+        assert_eq!(world.group(), Group::Stopped);
+    });
+}
+
+/// Leftovers that ignore SIGINT (sh's `&` jobs) get SIGTERM as soon as the command has exited.
+#[test]
+fn leftovers_get_sigterm_when_the_command_exits_whatever_ended_it() {
+    paused_runtime().block_on(async {
+        let case = Case {
+            grace_ms: 5000,
+            terminate: true,
+            foreground: false,
+            max_runtime_ms: None,
+            ignores_term: false,
+            ignores_int: false,
+            ignores_tstp: false,
+            leftovers: 1,
+            unkillable: false,
+            events: Vec::new(),
+        };
+        let mut world = World::new(case);
+        world.happen(Ev::Signal(Signal::SIGINT));
+        assert_eq!(world.exit, Some(130));
+        assert!(world.leftovers.iter().all(|p| !p.alive), "SIGTERM reached the leftovers at once");
+        advance(POLL_EVERY).await;
+        world.carry_out(Vec::new());
+        assert_eq!(world.machine.finished(), Some(Finish { code: 130, survivors: false }));
+    });
+}

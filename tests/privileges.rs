@@ -1,0 +1,178 @@
+//! A command that becomes another user (sudo, a setuid program) can no longer be signalled by
+//! the wrapper: the run says so and never waits for it past the lease; `--no-new-privs`
+//! prevents the escalation. The wrapper runs as `nobody` here; the escalation is a setuid-root
+//! copy of setpriv(1). These tests need root to set that up.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::*;
+
+const NOBODY: u32 = 65534;
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A directory `nobody` can use, holding a copy of the wrapper and a setuid-root setpriv.
+struct Stage {
+    dir: tempfile::TempDir,
+}
+
+impl Stage {
+    /// `None` (and a note on stderr) when not root: nothing here can be set up then.
+    fn new() -> Option<Self> {
+        if std::fs::metadata("/proc/self").map(|m| m.uid()).ok() != Some(0) {
+            eprintln!("skipped: needs root to make a setuid program and to run as nobody");
+            return None;
+        }
+        let dir = tmp();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let setpriv = which("setpriv");
+        for (from, to, mode) in
+            [(Path::new(BIN), "redlock-run", 0o755), (setpriv.as_path(), "setpriv", 0o4755)]
+        {
+            let to = dir.path().join(to);
+            std::fs::copy(from, &to).unwrap();
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        Some(Stage { dir })
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The wrapper, as `nobody`, running `argv` after becoming root through setuid setpriv.
+    fn wrapper_escalating(&self, redis: &RedisServer, args: &[&str], argv: &[&str]) -> Command {
+        let mut cmd = Command::new(self.path("redlock-run"));
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .arg("--redis-url")
+            .arg(redis.url())
+            .args(args)
+            .arg("--")
+            .arg(self.path("setpriv"))
+            .args(["--reuid", "0", "--regid", "0", "--clear-groups", "--"])
+            .args(argv)
+            .current_dir(self.dir.path())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::null());
+        cmd
+    }
+}
+
+fn which(program: &str) -> PathBuf {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{program} not found (util-linux)"))
+}
+
+/// The pid of the root `sleep` the escalated command runs, once it runs. (Its output goes to
+/// /dev/null, so that it does not hold the wrapper's pipes open.)
+fn root_sleeper(marker: &str) -> i32 {
+    let mut found = None;
+    assert!(wait_until(Duration::from_secs(5), || {
+        found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            (cmdline == format!("sleep\0{marker}\0").as_bytes()).then_some(pid)
+        });
+        found.is_some()
+    }));
+    found.unwrap()
+}
+
+/// The lock is lost while the command, now root, cannot be signalled: the wrapper says so and
+/// ends at once with 125 instead of waiting for a command it cannot stop.
+#[test]
+fn a_command_that_became_root_ends_the_run_loudly_when_the_lock_is_lost() {
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    let child = stage
+        .wrapper_escalating(
+            &redis,
+            &["-k", "lock:eperm", "--ttl", "3s"],
+            &["sh", "-c", "exec sleep 31.5 >/dev/null 2>&1"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let sleeper = root_sleeper("31.5");
+    redis.cmd::<()>(&[b"DEL", b"lock:eperm"]);
+    let started = Instant::now();
+    let out = wait_output(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let survived = process_alive(sleeper);
+    let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    assert!(survived, "the root command was out of the wrapper's reach");
+    assert!(stderr.contains("cannot signal the command"), "{stderr}");
+    assert!(stderr.contains("could not be stopped"), "{stderr}");
+}
+
+/// SIGTERM to the wrapper of a command it cannot signal still ends the run within
+/// --kill-grace and the bound on SIGKILL; the lock is left to expire rather than released
+/// under a command that still runs.
+#[test]
+fn sigterm_ends_the_run_even_when_the_command_cannot_be_signalled() {
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    let child = stage
+        .wrapper_escalating(
+            &redis,
+            &["-k", "lock:eperm-term", "--ttl", "20s", "--kill-grace", "300ms"],
+            &["sh", "-c", "exec sleep 32.5 >/dev/null 2>&1"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let sleeper = root_sleeper("32.5");
+    let started = Instant::now();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let out = wait_output(child, LIMIT);
+    let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    assert!(stderr.contains("NOT released"), "{stderr}");
+    assert!(redis.exists(b"lock:eperm-term"), "the lock is left to expire, not released");
+}
+
+/// With --no-new-privs the setuid bit does nothing: the command stays the wrapper's user.
+#[test]
+fn no_new_privs_keeps_the_command_from_becoming_root() {
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    for (flag, escalated) in [(None, true), (Some("--no-new-privs"), false)] {
+        let mut args = vec!["-k", "lock:nnp"];
+        args.extend(flag);
+        let out = wait_output(
+            stage
+                .wrapper_escalating(&redis, &args, &["id", "-u"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn"),
+            LIMIT,
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stdout.trim() == "0", escalated, "{flag:?}: {stdout:?} {stderr}");
+        if !escalated {
+            // The command did run, and setpriv itself found it had no privileges to use.
+            assert!(stderr.contains("setresuid"), "{flag:?}: {stderr}");
+            assert!(!out.status.success(), "{flag:?}: {stderr}");
+        }
+    }
+}
