@@ -59,6 +59,24 @@ struct Case {
     events: Vec<(u64, Ev)>,
 }
 
+impl Case {
+    /// A command with one background job, both well behaved, under `--on-lost terminate`.
+    fn one_leftover() -> Self {
+        Case {
+            grace_ms: 500,
+            terminate: true,
+            foreground: false,
+            max_runtime_ms: None,
+            ignores_term: false,
+            ignores_int: false,
+            ignores_tstp: false,
+            leftovers: 1,
+            unkillable: false,
+            events: Vec::new(),
+        }
+    }
+}
+
 fn signal() -> impl Strategy<Value = Signal> {
     prop_oneof![
         Just(Signal::SIGTERM),
@@ -486,18 +504,7 @@ proptest! {
 #[test]
 fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
     paused_runtime().block_on(async {
-        let case = Case {
-            grace_ms: 200,
-            terminate: true,
-            foreground: false,
-            max_runtime_ms: None,
-            ignores_term: false,
-            ignores_int: false,
-            ignores_tstp: true,
-            leftovers: 1,
-            unkillable: false,
-            events: Vec::new(),
-        };
+        let case = Case { grace_ms: 200, ignores_tstp: true, ..Case::one_leftover() };
         let mut world = World::new(case);
         world.happen(Ev::Signal(Signal::SIGTSTP));
         advance(Duration::from_millis(100)).await;
@@ -515,18 +522,7 @@ fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
 #[test]
 fn leftovers_get_sigterm_when_the_command_exits_whatever_ended_it() {
     paused_runtime().block_on(async {
-        let case = Case {
-            grace_ms: 5000,
-            terminate: true,
-            foreground: false,
-            max_runtime_ms: None,
-            ignores_term: false,
-            ignores_int: false,
-            ignores_tstp: false,
-            leftovers: 1,
-            unkillable: false,
-            events: Vec::new(),
-        };
+        let case = Case { grace_ms: 5000, ..Case::one_leftover() };
         let mut world = World::new(case);
         world.happen(Ev::Signal(Signal::SIGINT));
         assert_eq!(world.exit, Some(130));
