@@ -62,7 +62,13 @@ impl Fault {
         match err.code() {
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
             Some("WRONGTYPE") => return Fault::WrongType(text),
-            Some(code) if is_transient(code) => return Fault::Transient(text),
+            // In the server's words ("TRYAGAIN Multiple keys request during rehashing of slot").
+            Some(code) if is_transient(code) => {
+                return Fault::Transient(match err.detail() {
+                    Some(detail) => format!("{code} {detail}"),
+                    None => code.to_owned(),
+                });
+            }
             _ => {}
         }
         // Inside a script an ACL denial comes back as a plain ERR.
@@ -312,7 +318,13 @@ impl Conn {
                     let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                         .connection_timeout(self.connect_timeout)
                         .response_timeout(self.command_timeout)
-                        .retries(2);
+                        // TRYAGAIN, CLUSTERDOWN, LOADING: the client waits 1.28 s or more
+                        // between its own tries by default, which overruns the request timeout
+                        // ("timed out"); kept short, it hands back what the server said, and the
+                        // callers retry within their own budget.
+                        .retries(2)
+                        .min_retry_wait(10)
+                        .max_retry_wait(100);
                     let settings = self.info.redis_settings();
                     if let Some(password) = settings.password() {
                         builder = builder.password(password);
@@ -441,6 +453,11 @@ impl Conn {
             ConnectionAddr::Tcp(host, port) => speaks_tls(host, *port, self.connect_timeout).await,
             _ => false,
         }
+    }
+
+    /// The bound on one request.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
     }
 
     fn tls_port_fault(&self) -> Fault {
