@@ -44,6 +44,8 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
     let mut releases: Option<PubSubStream> = None;
     let mut outage_failures = 0u32;
+    // Whether Redis answered any attempt of the current outage (then it is not unreachable).
+    let mut answered = false;
 
     loop {
         let attempt = async {
@@ -78,6 +80,7 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             Ok(Acquired::AlreadyDone { record }) => return Ok(Outcome::AlreadyDone { record }),
             Ok(Acquired::Busy { pttl, holder }) => {
                 outage_failures = 0;
+                answered = false;
                 if now >= wait_until {
                     let message = busy_message(&config.key, pttl, &holder, !config.wait.is_zero());
                     return Err(Error::Busy { message, code: config.busy_exit_code });
@@ -103,20 +106,35 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             Err(fault) => fault,
         };
 
-        let Fault::Unavailable(msg) = fault else {
-            return Err(fault.into_error("taking the lock"));
+        // Unreachable, or answering "not now" (OOM, READONLY, LOADING, …): both are retried;
+        // anything else is a mistake a retry cannot fix.
+        let msg = match &fault {
+            Fault::Unavailable(msg) => msg.clone(),
+            Fault::Transient(msg) => {
+                answered = true;
+                msg.clone()
+            }
+            _ => return Err(fault.into_error("taking the lock")),
         };
         outage_failures += 1;
         let delay = full_jitter(Duration::from_millis(50), outage_failures, Duration::from_secs(1));
         if now + delay >= outage_until {
             // A request that timed out may still have taken the lock.
             abandon(lock).await;
-            if config.fail_open {
-                return Ok(Outcome::Unlocked { reason: msg });
-            }
-            return Err(
-                Fault::Unavailable(msg).into_error(&format!("cannot reach Redis at {}", lock.target()))
-            );
+            let target = lock.target();
+            return Err(match fault {
+                // Only a Redis that could not be reached at all fails open: one that answered
+                // may hold the lock for someone else.
+                Fault::Unavailable(_) if config.fail_open && !answered => {
+                    return Ok(Outcome::Unlocked { reason: msg });
+                }
+                Fault::Unavailable(_) if config.fail_open && answered => fault.into_error(&format!(
+                    "cannot reach Redis at {target} (it answered an earlier attempt, so --fail-open \
+                     does not apply)"
+                )),
+                Fault::Unavailable(_) => fault.into_error(&format!("cannot reach Redis at {target}")),
+                _ => fault.into_error(&format!("taking the lock at {target}")),
+            });
         }
         tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");
         let interrupted = tokio::select! {

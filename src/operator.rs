@@ -24,8 +24,10 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
         let snap = match admin::snapshot(&mut conn, &keys).await {
             Ok(snap) => snap,
             // With a quorum, one unreachable node is part of the picture, not the end of it.
-            Err(Fault::Unavailable(e)) if nodes.len() > 1 => {
-                texts.push(format!("on {}:\n  unreachable: {e}\n", conn.target));
+            Err(f @ (Fault::Unavailable(_) | Fault::Transient(_))) if nodes.len() > 1 => {
+                let state = if matches!(f, Fault::Transient(_)) { "unavailable" } else { "unreachable" };
+                let e = f.to_string();
+                texts.push(format!("on {}:\n  {state}: {e}\n", conn.target));
                 values.push((conn.target.clone(), serde_json::json!({ "error": e })));
                 unreachable += 1;
                 continue;

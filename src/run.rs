@@ -213,7 +213,7 @@ async fn release(
                     "released: the lock was no longer this run's (expired or taken over); left untouched"
                 );
             }
-            Ok(Err(Fault::Unavailable(msg))) if attempt < RELEASE_TRIES => {
+            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) if attempt < RELEASE_TRIES => {
                 tracing::debug!("release failed, retrying: {msg}");
                 failure = msg;
                 sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;

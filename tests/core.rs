@@ -95,6 +95,74 @@ fn fence_strictly_increases_even_across_data_loss() {
     assert!(ttl > 0, "the fence counter expires instead of living forever (PTTL {ttl})");
 }
 
+/// Redis restarted from a snapshot older than the last acquisition (A's): the counter went back,
+/// and the next holder B must still get a higher fence than A.
+#[test]
+fn fence_increases_after_a_restart_from_an_older_snapshot() {
+    let mut redis = RedisServer::start();
+    fence_of_one_run(&redis);
+    redis.cmd::<()>(&[b"SAVE"]);
+    let dir = tmp();
+    let a_fence = file(&dir, "a");
+    let a = redlock(&redis)
+        .args([
+            "-k",
+            "lock:fence",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            "echo $REDLOCK_FENCE > \"$1\"; sleep 30",
+            "sh",
+        ])
+        .arg(&a_fence)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let a_fence: u64 = read_when_present(&a_fence, LIMIT).trim().parse().unwrap();
+    redis.restart_from_snapshot(&[], true);
+    let b_fence = fence_of_one_run(&redis);
+    assert!(b_fence > a_fence, "B's fence {b_fence} is not above A's {a_fence}");
+    // A's key is gone with the restart: it finds out at its next renewal and stops.
+    assert_eq!(wait_output(a, LIMIT).status.code(), Some(125));
+}
+
+/// A counter far behind (e.g. restored from a months-old backup) still yields a fence of at
+/// least the server clock in microseconds.
+#[test]
+fn a_counter_far_in_the_past_yields_a_fence_of_at_least_now() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"SET", b"{lock:fence}:fence", b"5"]);
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros();
+    let fence = fence_of_one_run(&redis);
+    assert!(u128::from(fence) >= before, "fence {fence} is below the clock ({before} µs)");
+}
+
+/// Fences above 2^53 (where Lua's doubles stop being exact) are exact, and a counter at the
+/// largest value Redis can hold is reported as such: nothing is taken, exit 65.
+#[test]
+fn fences_are_exact_up_to_the_largest_counter() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"SET", b"{lock:fence}:fence", b"9007199254740994"]);
+    assert_eq!(fence_of_one_run(&redis), 9007199254740995);
+    assert_eq!(fence_of_one_run(&redis), 9007199254740996);
+    assert_eq!(redis.get(b"{lock:fence}:fence").as_deref(), Some(&b"9007199254740996"[..]));
+
+    let max = i64::MAX.to_string();
+    redis.cmd::<()>(&[b"SET", b"{lock:fence}:fence", max.as_bytes()]);
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let r = run(redlock(&redis).args(["-k", "lock:fence", "--", "touch"]).arg(&marker), LIMIT);
+    assert_eq!(r.code, 65, "{}", r.stderr);
+    assert!(r.stderr.contains("cannot be increased"), "says what it is: {}", r.stderr);
+    assert!(r.stderr.contains("delete"), "says what to do: {}", r.stderr);
+    assert!(!r.stderr.contains("not an integer"), "{}", r.stderr);
+    assert!(!marker.exists(), "the command ran");
+    assert!(!redis.exists(b"lock:fence"), "the lock was not taken");
+    assert_eq!(redis.get(b"{lock:fence}:fence"), Some(max.into_bytes()), "the counter was left alone");
+}
+
 #[test]
 fn bad_input_is_a_usage_error_naming_the_problem() {
     let redis = RedisServer::start();

@@ -286,3 +286,135 @@ fn bad_policy_input_is_a_usage_error() {
         assert!(r.stderr.contains(mention), "{args:?} names {mention}: {}", r.stderr);
     }
 }
+
+/// Runs the wrapper with `--fail-open` on `key` and a command that marks a file; returns the
+/// run and whether the command ran.
+fn fail_open_run(url: &str, key: &str, extra: &[&str]) -> (Run, bool) {
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let r = run(
+        wrapper()
+            .args(["--redis-url", url, "-k", key, "--fail-open"])
+            .args(extra)
+            .args(["--", "touch"])
+            .arg(&marker),
+        LIMIT,
+    );
+    (r, marker.exists())
+}
+
+/// A holder X runs and renews; then Redis runs out of memory. A second wrapper still sees the
+/// lock busy (it reads before it writes): `--fail-open` does not run beside X, `-q
+/// --busy-exit-code 0` exits 0, and X keeps renewing to the end of its command.
+#[test]
+fn a_held_lock_is_busy_when_redis_is_out_of_memory() {
+    let redis = RedisServer::start();
+    let holder = redlock(&redis)
+        .args(["-k", "lock:oom", "--ttl", "1s", "--", "sleep", "3"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:oom")));
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
+
+    let (busy, ran) = fail_open_run(&redis.url(), "lock:oom", &[]);
+    assert_eq!(busy.code, 75, "busy, not an outage: {}", busy.stderr);
+    assert!(!ran, "--fail-open ran the command beside the holder");
+    let quiet =
+        run(redlock(&redis).args(["-q", "--busy-exit-code", "0", "-k", "lock:oom", "--", "false"]), LIMIT);
+    assert_eq!(quiet.code, 0, "{}", quiet.stderr);
+
+    let out = wait_output(holder, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the holder kept renewing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A free lock while Redis is out of memory: Redis answered, so `--fail-open` does not apply;
+/// the wrapper retries within the wait budget, then exits 69 quoting what Redis said.
+#[test]
+fn out_of_memory_never_fails_open() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
+    let (r, ran) = fail_open_run(&redis.url(), "lock:oom-free", &[]);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!ran, "the command ran without the lock");
+    assert!(r.stderr.contains("OOM"), "quotes Redis: {}", r.stderr);
+    assert!(!r.stderr.contains("cannot reach"), "Redis answered: {}", r.stderr);
+    assert!(!r.stderr.contains("WITHOUT A LOCK"), "{}", r.stderr);
+    let attempts = redis.calls("evalsha") + redis.calls("eval");
+    assert!(attempts >= 3, "retried like an outage: {attempts} attempts");
+    assert!(!redis.exists(b"lock:oom-free") && !redis.exists(b"{lock:oom-free}:fence"), "nothing written");
+}
+
+/// A read-only replica answers READONLY to the first write: a lock held on its master is busy,
+/// a free one fails closed whatever `--fail-open` says.
+#[test]
+fn a_replica_never_fails_open() {
+    let master = RedisServer::start();
+    let port = master.port.to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let synced = wait_until(Duration::from_secs(10), || {
+        replica.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up")
+    });
+    assert!(synced, "the replica did not sync");
+    let holder = redlock(&master).args(["-k", "lock:replica", "--", "sleep", "2"]).spawn().expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || replica.exists(b"lock:replica")), "replicated");
+
+    let (held, ran) = fail_open_run(&replica.url(), "lock:replica", &[]);
+    assert_eq!(held.code, 75, "{}", held.stderr);
+    assert!(!ran);
+    let (free, ran) = fail_open_run(&replica.url(), "lock:replica-free", &[]);
+    assert_eq!(free.code, 69, "{}", free.stderr);
+    assert!(!ran, "the command ran without the lock");
+    assert!(free.stderr.contains("READONLY"), "quotes Redis: {}", free.stderr);
+    assert!(!free.stderr.contains("cannot reach"), "{}", free.stderr);
+    assert!(wait_output(holder, LIMIT).status.success());
+}
+
+/// A Redis still loading its dataset answers LOADING to everything: never a reason to fail open.
+/// (`key-load-delay` slows the load down; `loading-process-events-interval-bytes` makes it
+/// answer while loading.)
+#[test]
+fn a_loading_redis_never_fails_open() {
+    let mut redis = RedisServer::start();
+    redis.cmd::<()>(&[b"EVAL", b"for i = 1, 3000 do redis.call('SET', 'filler:' .. i, i) end", b"0"]);
+    redis.cmd::<()>(&[b"SAVE"]);
+    redis.restart_from_snapshot(
+        &["--key-load-delay", "2000", "--loading-process-events-interval-bytes", "1024"],
+        false,
+    );
+    let (r, ran) = fail_open_run(&redis.url(), "lock:loading", &[]);
+    let info: String = redis.cmd(&[b"INFO", b"persistence"]);
+    assert!(info.contains("loading:1"), "still loading afterwards, so the run saw only LOADING: {info}");
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!ran, "the command ran without the lock");
+    assert!(r.stderr.contains("LOADING") || r.stderr.contains("loading"), "quotes Redis: {}", r.stderr);
+    assert!(!r.stderr.contains("cannot reach"), "{}", r.stderr);
+}
+
+/// Configuration mistakes exit 78 with a line naming the mistake, and never fail open: a
+/// service at the address that is not Redis, `--cluster` against a standalone Redis, a
+/// database number the server does not have.
+#[test]
+fn configuration_mistakes_exit_78_and_never_fail_open() {
+    let redis = RedisServer::start();
+    let http = NotRedis::start(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let cases: &[(String, &[&str], &str)] = &[
+        (http.url(), &[], "does not speak the Redis protocol"),
+        (http.url().replace("redis://", "redis://:s3cret@"), &[], "does not speak the Redis protocol"),
+        (redis.url(), &["--cluster"], "cluster support disabled"),
+        (format!("{}/99", redis.url()), &[], "DB index is out of range"),
+    ];
+    for (url, extra, says) in cases {
+        let (r, ran) = fail_open_run(url, "lock:mistake", extra);
+        assert_eq!(r.code, 78, "{url} {extra:?}: {}", r.stderr);
+        assert!(!ran, "{url} {extra:?}: the command ran");
+        assert!(r.stderr.contains(says), "{url} {extra:?} says {says:?}: {}", r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
+        assert!(!r.stderr.contains("s3cret"), "{}", r.stderr);
+    }
+}

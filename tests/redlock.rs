@@ -111,6 +111,26 @@ fn five_nodes_with_two_frozen_still_lock() {
     }
 }
 
+/// Above 2^53 a Lua number is no longer exact: the fence is computed, handed out and written
+/// back to the nodes exactly, so that it still strictly increases across majorities.
+#[test]
+fn fences_above_2_pow_53_are_exact_across_majorities() {
+    let nodes = nodes(3);
+    nodes[2].cmd::<()>(&[b"SET", b"{lock:big}:fence", b"9007199254740994"]);
+    let fence_of = |nodes: &[RedisServer]| -> u64 {
+        let r = run(quorum(nodes).args(["-k", "lock:big", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        String::from_utf8_lossy(&r.stdout).trim().parse().unwrap()
+    };
+    let mut fences = vec![fence_of(&nodes)];
+    for frozen in [2, 0, 1] {
+        nodes[frozen].freeze();
+        fences.push(fence_of(&nodes));
+        nodes[frozen].thaw();
+    }
+    assert_eq!(fences, [9007199254740995, 9007199254740996, 9007199254740997, 9007199254740998]);
+}
+
 #[test]
 fn fence_is_the_highest_granted_and_status_counts_nodes() {
     let nodes = nodes(3);

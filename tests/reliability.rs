@@ -1079,6 +1079,13 @@ fn fence_counter(redis: &RedisServer, key: &str) -> Option<u64> {
     v.map(|v| v.parse().expect("a number"))
 }
 
+/// Sets the fence counter ahead of the server clock, so that each new fence is exactly the
+/// counter plus one (it is at least the clock in µs otherwise) and can be counted.
+fn fence_counter_ahead(redis: &RedisServer, key: &str) -> u64 {
+    redis.cmd::<()>(&[b"SET", format!("{{{key}}}:fence").as_bytes(), b"9000000000000000"]);
+    9_000_000_000_000_000
+}
+
 /// Every reply lost: the SET reaches Redis and takes the lock, but the wrapper never learns
 /// it. It must not start the command, and it takes the lock back before it gives up.
 #[test]
@@ -1086,9 +1093,9 @@ fn a_reply_lost_after_the_set_never_starts_the_command() {
     let redis = RedisServer::start();
     let proxy = FaultProxy::start(redis.port);
     let key = "lock:lost-reply";
-    // Loads the scripts, and starts the fence counter.
+    // Loads the scripts.
     assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
-    let fence_before = fence_counter(&redis, key).expect("a fence counter");
+    let fence_before = fence_counter_ahead(&redis, key);
     let dir = tmp();
     let marker = file(&dir, "ran");
 
@@ -1131,7 +1138,7 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
     let proxy = FaultProxy::start(redis.port);
     let key = "lock:confirm";
     assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
-    let fence_before = fence_counter(&redis, key).expect("a fence counter");
+    let fence_before = fence_counter_ahead(&redis, key);
     let dir = tmp();
     let out = file(&dir, "fence");
     // Someone else holds the lock briefly; our waiter subscribes and waits for its expiry.

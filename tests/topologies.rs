@@ -642,3 +642,72 @@ fn cluster_renewal_survives_a_slot_migration() {
     );
     assert!(!to.exists(key), "released on the new node");
 }
+
+/// Half-way through a slot migration the lock key has moved to the importing node and its
+/// fence counter has not: every node answers TRYAGAIN. The wrapper retries within its wait and
+/// acquires once the migration completes; without that it fails closed saying TRYAGAIN, and so
+/// does `status`, without waiting for a request timeout.
+#[test]
+fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
+    let cluster = Cluster::start();
+    let key = b"lock:tryagain";
+    let in_cluster = |cmd: &mut Command| {
+        cmd.args(["--cluster", "--redis-url", &cluster.seed(), "-k", "lock:tryagain"]);
+    };
+    let mut first = wrapper();
+    in_cluster(&mut first);
+    assert_eq!(run(first.args(["--", "true"]), LIMIT).code, 0, "the fence counter exists");
+    let from = cluster.node_for(key);
+    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+    let slot: i64 = from.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
+    let slot = slot.to_string();
+    let from_id: String = from.cmd(&[b"CLUSTER", b"MYID"]);
+    let to_id: String = to.cmd(&[b"CLUSTER", b"MYID"]);
+    let port = to.port.to_string();
+    // Half-way: a stale lock (someone else's, expiring) moves; its fence counter stays behind.
+    let half_way = || {
+        from.cmd::<()>(&[b"SET", key, b"someone-else", b"PX", b"1500"]);
+        to.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
+        from.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
+        from.cmd::<()>(&[b"MIGRATE", b"127.0.0.1", port.as_bytes(), key, b"0", b"5000"]);
+        let count = |n: &RedisServer| n.cmd::<i64>(&[b"CLUSTER", b"COUNTKEYSINSLOT", slot.as_bytes()]);
+        assert_eq!((count(from), count(to)), (1, 1), "the fence counter stayed, the lock moved");
+    };
+    half_way();
+
+    let mut stuck = wrapper();
+    in_cluster(&mut stuck);
+    let r = run(stuck.args(["--wait", "0", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(r.stderr.contains("TRYAGAIN"), "says what the server said: {}", r.stderr);
+    assert!(!r.stderr.contains("timed out"), "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(4), "no request timed out: {:?}", r.elapsed);
+    let mut status = Command::new(BIN);
+    status.arg("status");
+    in_cluster(&mut status);
+    let s = run(&mut status, LIMIT);
+    assert_eq!(s.code, 69, "{}", s.stderr);
+    assert!(s.stderr.contains("TRYAGAIN"), "says what the server said: {}", s.stderr);
+    assert!(!s.stderr.contains("timed out"), "{}", s.stderr);
+
+    // The migration completes while a wrapper waits: it acquires.
+    let mut waiter = wrapper();
+    in_cluster(&mut waiter);
+    let waiter = waiter.args(["--wait", "10s", "--", "true"]).stderr(Stdio::piped()).spawn().expect("spawn");
+    std::thread::sleep(Duration::from_secs(1));
+    let rest: Vec<Vec<u8>> = from.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot.as_bytes(), b"100"]);
+    let mut migrate: Vec<&[u8]> =
+        vec![b"MIGRATE", b"127.0.0.1", port.as_bytes(), b"", b"0", b"5000", b"KEYS"];
+    migrate.extend(rest.iter().map(|k| k.as_slice()));
+    from.cmd::<()>(&migrate);
+    for node in &cluster.nodes {
+        node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
+    }
+    let out = wait_output(waiter, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "acquired after the migration: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

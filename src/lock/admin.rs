@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use redis::Value;
+use tokio::time::{Instant, sleep_until};
 
 use super::{Conn, Fault, Keys, scripts};
+use crate::backoff::full_jitter;
 
 /// Most success records `status` lists.
 const MAX_RECORDS: usize = 100;
@@ -26,7 +28,24 @@ pub struct Snapshot {
     pub more_records: bool,
 }
 
+/// What `status` reads. Redis answering "not now" (TRYAGAIN during a slot migration, LOADING,
+/// …) is retried for up to one request timeout, then reported in the server's words.
 pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
+    let give_up = Instant::now() + conn.command_timeout();
+    let mut failures = 0;
+    loop {
+        match snapshot_once(conn, keys).await {
+            Err(Fault::Transient(_)) if Instant::now() < give_up => {
+                failures += 1;
+                let delay = full_jitter(Duration::from_millis(10), failures, Duration::from_millis(200));
+                sleep_until((Instant::now() + delay).min(give_up)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
     let reply: Vec<Value> = conn.invoke(scripts::STATUS.key(&keys.lock).key(&keys.fence)).await?;
     let [kind, value, pttl, fence] = &reply[..] else {
         return Err(Fault::Internal(format!("unexpected reply to status ({} elements)", reply.len())));

@@ -21,10 +21,16 @@ use crate::exit::Error;
 /// Why a Redis request did not give an answer the caller can use.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Fault {
-    /// Timeouts, I/O errors, READONLY, LOADING, BUSY, MASTERDOWN, TRYAGAIN, OOM, …: the outcome
-    /// is unknown and a retry (on a new connection) may succeed.
+    /// Redis could not be reached: connection refused or timed out, name resolution failed, the
+    /// connection dropped, or no reply came within the timeout. The outcome is unknown and a
+    /// retry (on a new connection) may succeed. The only fault `--fail-open` applies to.
     #[error("{0}")]
     Unavailable(String),
+    /// Redis answered, but cannot serve the request now: OOM, READONLY (a replica), LOADING,
+    /// BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN. Retried like an outage, never a reason to run
+    /// without the lock: Redis is there and may hold it.
+    #[error("{0}")]
+    Transient(String),
     /// Authentication failed or the ACL forbids a command or key.
     #[error("{0}")]
     Denied(String),
@@ -56,8 +62,12 @@ impl Fault {
         match err.code() {
             Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
             Some("WRONGTYPE") => return Fault::WrongType(text),
-            Some("READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN") => {
-                return Fault::Unavailable(text);
+            // In the server's words ("TRYAGAIN Multiple keys request during rehashing of slot").
+            Some(code) if is_transient(code) => {
+                return Fault::Transient(match err.detail() {
+                    Some(detail) => format!("{code} {detail}"),
+                    None => code.to_owned(),
+                });
             }
             _ => {}
         }
@@ -75,6 +85,7 @@ impl Fault {
     pub fn into_error(self, context: &str) -> Error {
         match self {
             Fault::Unavailable(m) => Error::Unavailable(format!("{context}: Redis unavailable: {m}")),
+            Fault::Transient(m) => Error::Unavailable(format!("{context}: Redis answered: {m}")),
             Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
             Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
             Fault::Config(m) => Error::Config(format!("{context}: {m}")),
@@ -82,6 +93,11 @@ impl Fault {
             Fault::Internal(m) => Error::Internal(anyhow::anyhow!("{context}: {m}")),
         }
     }
+}
+
+/// Whether an error code is one a Redis gives while it cannot serve a request for now.
+pub fn is_transient(code: &str) -> bool {
+    matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
 }
 
 /// The TLS error behind a Redis error, if that is what it is. (redis-rs keeps the I/O error
@@ -302,7 +318,13 @@ impl Conn {
                     let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
                         .connection_timeout(self.connect_timeout)
                         .response_timeout(self.command_timeout)
-                        .retries(2);
+                        // TRYAGAIN, CLUSTERDOWN, LOADING: the client waits 1.28 s or more
+                        // between its own tries by default, which overruns the request timeout
+                        // ("timed out"); kept short, it hands back what the server said, and the
+                        // callers retry within their own budget.
+                        .retries(2)
+                        .min_retry_wait(10)
+                        .max_retry_wait(100);
                     let settings = self.info.redis_settings();
                     if let Some(password) = settings.password() {
                         builder = builder.password(password);
@@ -344,6 +366,9 @@ impl Conn {
                 // With a password, the connection already fails at AUTH: probe for TLS here too.
                 if self.plaintext_to_tls(&e, &fault).await {
                     return Err(self.tls_port_fault());
+                }
+                if let Some(fault) = self.not_redis(&e).await {
+                    return Err(fault);
                 }
                 // A TLS handshake with a plaintext Redis stalls until the timeout: say why.
                 if let (Fault::Unavailable(_), ConnectionAddr::TcpTls { host, port, .. }) =
@@ -404,6 +429,10 @@ impl Conn {
                 if first && self.plaintext_to_tls(&e, &fault).await {
                     return Err(self.tls_port_fault());
                 }
+                if let Some(fault) = self.not_redis(&e).await {
+                    self.link = None;
+                    return Err(fault);
+                }
                 Err(fault)
             }
         }
@@ -426,17 +455,67 @@ impl Conn {
         }
     }
 
+    /// The bound on one request.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     fn tls_port_fault(&self) -> Fault {
         let addr = self.info.addr();
         Fault::Config(format!("{addr} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"))
     }
 
     fn failed(&mut self, err: &RedisError) -> Fault {
-        let fault = Fault::from_redis(err);
-        if matches!(fault, Fault::Unavailable(_) | Fault::Config(_)) {
+        let fault = match Fault::from_redis(err) {
+            Fault::Failed(text) => self.misconfigured(&text).unwrap_or(Fault::Failed(text)),
+            fault => fault,
+        };
+        if matches!(fault, Fault::Unavailable(_) | Fault::Transient(_) | Fault::Config(_)) {
             self.link = None;
         }
         fault
+    }
+
+    /// A refusal that no retry can change: the URL or the topology flags do not fit the server.
+    fn misconfigured(&self, text: &str) -> Option<Fault> {
+        let target = &self.target;
+        if text.contains("DB index is out of range") {
+            let db = self.info.redis_settings().db();
+            return Some(Fault::Config(format!(
+                "{target}: the server has no database {db} (DB index is out of range; its `databases` \
+                 setting bounds it, 16 by default): fix the database number in the Redis URL"
+            )));
+        }
+        if text.contains("cluster support disabled") {
+            return Some(Fault::Config(format!(
+                "{target}: not a Cluster node (cluster support disabled): drop --cluster, or give the \
+                 address of a Cluster node"
+            )));
+        }
+        None
+    }
+
+    /// After a reply that is not RESP: what the server at the address answers to a PING, when
+    /// that is not Redis either. Plaintext TCP only (one node or a quorum's node).
+    async fn not_redis(&self, err: &RedisError) -> Option<Fault> {
+        if err.kind() != redis::ErrorKind::Parse
+            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
+        {
+            return None;
+        }
+        let ConnectionAddr::Tcp(host, port) = self.info.addr() else {
+            return None;
+        };
+        let answer = first_reply_line(host, *port, self.connect_timeout + self.command_timeout).await?;
+        // Every RESP2/RESP3 reply starts with one of these.
+        if answer.first().is_some_and(|b| b"+-:$*_,#!=(%~|>".contains(b)) {
+            return None;
+        }
+        Some(Fault::Config(format!(
+            "{host}:{port} does not speak the Redis protocol (it answered \"{}\"): check the address in the \
+             Redis URL",
+            answer.escape_ascii()
+        )))
     }
 }
 
@@ -472,6 +551,23 @@ async fn speaks_plain_resp(host: &str, port: u16, limit: Duration) -> bool {
         Some(first[0])
     };
     matches!(tokio::time::timeout(limit, probe).await, Ok(Some(b'+' | b'-')))
+}
+
+/// The first line (at most 60 bytes) the server at host:port answers to a plaintext PING.
+async fn first_reply_line(host: &str, port: u16, limit: Duration) -> Option<Vec<u8>> {
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
+        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
+        let mut answer = vec![0u8; 60];
+        let n = stream.read(&mut answer).await.ok()?;
+        answer.truncate(n);
+        Some(answer)
+    };
+    let mut answer = tokio::time::timeout(limit, probe).await.ok()??;
+    if let Some(end) = answer.iter().position(|b| *b == b'\r' || *b == b'\n') {
+        answer.truncate(end);
+    }
+    (!answer.is_empty()).then_some(answer)
 }
 
 /// Whether the server at host:port answers a TLS ClientHello with a TLS record (handshake or

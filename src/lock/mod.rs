@@ -265,7 +265,8 @@ fn worst(faults: Vec<Fault>) -> Fault {
         Fault::Denied(_) => 2,
         Fault::Internal(_) => 3,
         Fault::Failed(_) => 4,
-        Fault::Unavailable(_) => 5,
+        Fault::Transient(_) => 5,
+        Fault::Unavailable(_) => 6,
     };
     faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
 }
@@ -286,7 +287,7 @@ async fn acquire_on(
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
     match reply.first() {
-        Some(Value::Int(1)) => Ok(NodeAcquired::Granted(as_int(reply.get(1)).ok_or_else(unexpected)?)),
+        Some(Value::Int(1)) => Ok(NodeAcquired::Granted(as_fence(reply.get(1)).ok_or_else(unexpected)?)),
         Some(Value::Int(0)) => {
             let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
             let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
@@ -303,14 +304,23 @@ async fn acquire_on(
     }
 }
 
-/// The fence counter could not be bumped (the lock was not taken): denied by the ACL, out of
-/// memory, or not a counter at all.
+/// The fence counter could not be bumped (the lock was not taken): denied by the ACL, Redis
+/// out of memory or read-only, the counter at its maximum, or not a counter at all.
 fn fence_fault(keys: &Keys, error: &str) -> Fault {
     let fence = show_key(&keys.fence);
+    let code = error.split_whitespace().next().unwrap_or_default();
     if error.starts_with("NOPERM") || error.contains("can't run this command") {
         Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
-    } else if error.starts_with("OOM") {
-        Fault::Unavailable(format!("bumping the fence counter {fence}: {error}"))
+    } else if conn::is_transient(code) {
+        Fault::Transient(format!("bumping the fence counter {fence}: {error}"))
+    } else if error.contains("would overflow") {
+        Fault::WrongType(format!(
+            "fence counter {fence} is at the largest value Redis can hold ({}) and cannot be increased \
+             any further; the lock was not taken. Fenced resources that stored it reject every lower \
+             fence: reset the highest fence they keep, then delete {fence} (a new counter starts from \
+             the server clock)",
+            i64::MAX
+        ))
     } else {
         Fault::WrongType(format!(
             "fence counter {fence} is not an integer ({error}); it was left untouched and the lock not taken"
@@ -389,6 +399,14 @@ fn as_bytes(v: Option<&Value>) -> Vec<u8> {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A fence: the decimal string the script returns (exact; a Lua number is not).
+fn as_fence(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
 }
 
 fn as_int(v: Option<&Value>) -> Option<i64> {

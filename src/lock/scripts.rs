@@ -6,62 +6,90 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// Lua helpers for fences. Lua numbers are doubles, exact only up to 2^53, so fences travel as
+/// the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back)
+/// and are compared as such: `less(a, b)` for canonical integers (no leading zeros).
+/// `now_us()`: the server clock in microseconds, as a decimal string.
+macro_rules! fence_lua {
+    () => {
+        r#"
+local function canonical(s)
+  return s ~= nil and s ~= false and (s == '0' or string.match(s, '^%-?[1-9]%d*$') ~= nil)
+end
+local function less(a, b)
+  local na, nb = string.sub(a, 1, 1) == '-', string.sub(b, 1, 1) == '-'
+  if na ~= nb then return na end
+  if na then a, b = string.sub(b, 2), string.sub(a, 2) end
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local function now_us()
+  local now = redis.call('TIME')
+  return now[1] .. string.format('%06d', tonumber(now[2]))
+end
+"#
+    };
+}
+
 /// KEYS: lock, fence[, success record]. ARGV: value, ttl ms, fence ttl ms.
-/// → `{1, fence}` acquired; `{0, pttl, holder}` busy; `{-1, type}` the key holds another type;
-///   `{-2, error}` the fence counter is unusable (nothing is left held);
-///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken).
+/// → `{1, fence}` acquired (the fence as a decimal string); `{0, pttl, holder}` busy;
+///   `{-1, type}` the key holds another type; `{-2, error}` the fence counter is unusable
+///   (nothing is left held); `{2, record}` the success record of `--idempotency-key` exists
+///   (nothing taken).
 ///
-/// The fence counter is initialised from the server clock in microseconds when it is missing,
-/// so it keeps increasing across data loss and may expire instead of living forever.
+/// Everything is read before anything is written, so a held lock is reported busy whatever
+/// state Redis is in: out of memory, a read-only replica (a script without flags runs there
+/// until its first write fails).
+///
+/// Each new fence is `max(counter + 1, server time in µs)`: it keeps increasing across data
+/// loss (an older snapshot, a failover that lost the last bump, an expired counter) as long as
+/// the server clocks do not go back by more than the time between two acquisitions.
 ///
 /// When the key already holds this run's own value, an earlier attempt succeeded but its reply
 /// was lost: ownership is confirmed, the TTL restarted and the fence of that attempt returned.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        fence_lua!(),
         r#"
 local function bump_fence()
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then return nil, fence['err'] end
-  if fence == 1 then
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
-  else
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  local bumped = redis.pcall('INCR', KEYS[2])
+  if type(bumped) == 'table' then return nil, bumped['err'] end
+  local fence = redis.call('GET', KEYS[2])
+  local now = now_us()
+  if less(fence, now) then
+    redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
+    return now
   end
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return fence
 end
 if KEYS[3] then
   local done = redis.call('GET', KEYS[3])
   if done then return {2, done} end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
   local fence, err = bump_fence()
+  if not fence then return {-2, err} end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, fence}
+end
+if kind ~= 'string' then return {-1, kind} end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then return {0, redis.call('PTTL', KEYS[1]), holder} end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local fence = redis.call('GET', KEYS[2])
+if not canonical(fence) then
+  local err
+  fence, err = bump_fence()
   if not fence then
     redis.call('DEL', KEYS[1])
     return {-2, err}
   end
-  return {1, fence}
 end
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'string' then return {-1, kind} end
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '')
-  if not fence then
-    local err
-    fence, err = bump_fence()
-    if not fence then
-      redis.call('DEL', KEYS[1])
-      return {-2, err}
-    end
-  end
-  return {1, fence}
-end
-return {0, redis.call('PTTL', KEYS[1]), holder}
-"#,
-    )
+return {1, fence}
+"#
+    ))
 });
 
 /// KEYS: lock. ARGV: value, ttl ms. → 1 extended, 0 not ours (never re-creates a missing key).
@@ -139,16 +167,17 @@ return {1, value}
 });
 
 /// KEYS: fence. ARGV: fence, fence ttl ms. Redlock: raises a node's fence counter to the fence
-/// handed to the command (never lowers it), so that any later majority, which shares a node
-/// with this one, hands out a higher fence. → 1.
+/// handed to the command (never lowers it; compared exactly, as decimal strings), so that any
+/// later majority, which shares a node with this one, hands out a higher fence. → 1.
 pub static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        fence_lua!(),
         r#"
-local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if current < tonumber(ARGV[1]) then
+local current = redis.call('GET', KEYS[1])
+if not canonical(current) or less(current, ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
 return 1
-"#,
-    )
+"#
+    ))
 });

@@ -68,8 +68,39 @@ impl RedisServer {
             .sum()
     }
 
+    /// Kills the server (SIGKILL) and starts it again on the same port from the snapshot a
+    /// `SAVE` left in its dir, with `extra` options for this start only. Waits (bounded) until
+    /// it answers, which may be `-LOADING` when `wait_loaded` is false.
+    pub fn restart_from_snapshot(&mut self, extra: &[&str], wait_loaded: bool) {
+        assert!(
+            self.dir.path().join("dump.rdb").exists(),
+            "no snapshot in {}: SAVE first",
+            self.dir.path().display()
+        );
+        self.stop();
+        let kept = self.extra.len();
+        self.extra.extend(extra.iter().map(|a| a.to_string()));
+        let started = if wait_loaded { self.launch() } else { self.launch_until(answers) };
+        self.extra.truncate(kept);
+        assert!(started, "redis-server did not restart on port {}; log:\n{}", self.port, self.log());
+    }
+
+    /// How many times clients (or scripts) have called `command` (from INFO commandstats).
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = self.cmd(&[b"INFO", b"commandstats"]);
+        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str())?.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Starts the process on `self.port` and waits (bounded) until it answers PING.
     fn launch(&mut self) -> bool {
+        self.launch_until(ping)
+    }
+
+    /// Starts the process on `self.port` and waits (bounded) until `ready(port)`.
+    fn launch_until(&mut self, ready: fn(u16) -> bool) -> bool {
         let log = self.dir.path().join("redis.log");
         let child = Command::new("redis-server")
             .args([
@@ -100,7 +131,7 @@ impl RedisServer {
                 self.process = None;
                 return false;
             }
-            if ping(self.port) {
+            if ready(self.port) {
                 // Make sure the server answering is ours, not another test's on a reused port.
                 let pid = self.process.as_ref().map(|c| c.id()).unwrap_or(0);
                 if self.server_pid() == Some(pid) {
@@ -217,6 +248,60 @@ fn ping(port: u16) -> bool {
     }
     let mut buf = [0u8; 7];
     s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+/// Whether something on `port` answers a PING like a Redis: `+PONG`, or an error such as
+/// `-LOADING`.
+fn answers(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut first = [0u8; 1];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut first).is_ok() && matches!(first[0], b'+' | b'-')
+}
+
+/// A TCP service on a loopback port that is not Redis: it answers every connection's first
+/// read with `reply` and closes it. Stopped on drop.
+pub struct NotRedis {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl NotRedis {
+    pub fn start(reply: &'static [u8]) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut conn, _)) => {
+                        let _ = conn.set_nonblocking(false);
+                        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+                        let mut request = [0u8; 512];
+                        let _ = conn.read(&mut request);
+                        let _ = conn.write_all(reply);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        NotRedis { port, stop }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for NotRedis {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
