@@ -485,14 +485,15 @@ fn leftovers_get_sigterm_as_soon_as_the_command_has_exited() {
         let mut wrapper = redlock(&redis)
             .args(["-k", "lock:leftover-int", "--kill-grace", "10s", "--", "sh", "-c"])
             .arg(
-                "(trap 'echo term >> \"$LOG\"; exit 0' TERM; while :; do sleep 0.05; done) & \
-                 echo $$ > \"$PIDFILE\"; wait",
+                "(trap 'echo term >> \"$LOG\"; exit 0' TERM; echo $$ > \"$PIDFILE\"; \
+                 while :; do sleep 0.05; done) & wait",
             )
             .env("PIDFILE", &pidfile)
             .env("LOG", &log)
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn");
+        // Written once the background job has its trap in place.
         read_when_present(&pidfile, Duration::from_secs(5));
         let sent = Instant::now();
         kill(pid_of(&wrapper), sig).unwrap();
