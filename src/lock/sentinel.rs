@@ -25,6 +25,8 @@ struct State {
     switch: Option<(Addr, Addr)>,
     /// Subscriptions in place now.
     live: usize,
+    /// Sentinels tried at least once.
+    tried: usize,
     /// A connection was made while no subscription was in place: the next one to be made
     /// starts a new epoch.
     uncovered: bool,
@@ -35,6 +37,8 @@ struct State {
 pub struct Watcher {
     state: watch::Sender<State>,
     tasks: Vec<JoinHandle<()>>,
+    /// Whether the first subscriptions have been waited for.
+    waited: bool,
 }
 
 impl Watcher {
@@ -45,16 +49,21 @@ impl Watcher {
             .iter()
             .map(|sentinel| tokio::spawn(follow(sentinel.clone(), master.to_owned(), state.clone(), limit)))
             .collect();
-        Watcher { state, tasks }
+        Watcher { state, tasks, waited: false }
     }
 
-    /// Waits (at most `limit`) until at least one subscription is in place, so that a switch
-    /// after this point is heard. Without one, the next subscription made starts a new epoch.
-    pub async fn covered(&self, limit: Duration) {
+    /// Makes sure a switch from now on is heard: the first time, waits (at most `limit`) until
+    /// a subscription is in place or every Sentinel has been tried. Without a subscription, the
+    /// next one made starts a new epoch.
+    pub async fn covered(&mut self, limit: Duration) {
+        let limit = if std::mem::replace(&mut self.waited, true) { Duration::ZERO } else { limit };
+        let n = self.tasks.len();
         let mut state = self.state.subscribe();
-        if tokio::time::timeout(limit, state.wait_for(|s| s.live > 0)).await.is_err() {
-            self.state.send_modify(|s| s.uncovered = true);
-        }
+        let _ = tokio::time::timeout(limit, state.wait_for(|s| s.live > 0 || s.tried == n)).await;
+        self.state.send_if_modified(|s| {
+            s.uncovered = s.live == 0;
+            s.uncovered
+        });
     }
 
     pub fn epoch(&self) -> u64 {
@@ -91,13 +100,19 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
     let mut subscribed_before = false;
     let mut failures = 0u32;
     loop {
-        match tokio::time::timeout(limit, subscribe(&sentinel)).await {
+        let subscribed = tokio::time::timeout(limit, subscribe(&sentinel)).await;
+        let first = failures == 0 && !subscribed_before;
+        if first && !matches!(subscribed, Ok(Ok(_))) {
+            state.send_modify(|s| s.tried += 1);
+        }
+        match subscribed {
             Ok(Ok(mut switches)) => {
                 failures = 0;
                 state.send_modify(|s| {
+                    s.tried += usize::from(first);
                     s.live += 1;
-                    // A switch announced while this subscription was down, and no other was
-                    // in place, went unheard: whatever was found before is suspect.
+                    // While this subscription was down (or none was in place when the master
+                    // was looked up), a switch may have gone unheard: look it up again.
                     if subscribed_before || s.uncovered {
                         s.epoch += 1;
                         s.uncovered = false;
