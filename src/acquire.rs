@@ -100,6 +100,8 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                         }
                     }
                     sig = signals.recv_before_start() => return Err(Error::interrupted(sig)),
+                    // Releases are announced on the new master: listen and try there at once.
+                    () = lock.master_changed() => releases = None,
                 }
                 continue;
             }

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use support::sentinel::Sentinel;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -350,67 +351,6 @@ fn a_unix_socket_works() {
         run(wrapper().args(["-k", "lock:unix", "--wait", "2s", "--redis-url", &url, "--", "true"]), LIMIT);
     assert_eq!(waiter.code, 0, "{}", waiter.stderr);
     assert!(!redis.exists(b"lock:unix"));
-}
-
-/// A Sentinel process watching `master` on loopback.
-struct Sentinel {
-    port: u16,
-    process: std::process::Child,
-    _dir: tempfile::TempDir,
-}
-
-impl Sentinel {
-    fn start(master_port: u16) -> Self {
-        let dir = tmp();
-        let port = free_port();
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor main 127.0.0.1 {master_port} 1\n\
-                 sentinel down-after-milliseconds main 800\nsentinel failover-timeout main 4000\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let process = Command::new("redis-server")
-            .arg(&conf)
-            .args(["--sentinel", "--logfile"])
-            .arg(dir.path().join("sentinel.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server --sentinel");
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-        let ready = wait_until(Duration::from_secs(10), || {
-            client
-                .get_connection_with_timeout(Duration::from_millis(200))
-                .and_then(|mut c| {
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg("main")
-                        .query::<Option<(String, u16)>>(&mut c)
-                })
-                .is_ok_and(|a| a.is_some())
-        });
-        assert!(ready, "sentinel did not come up");
-        Sentinel { port, process, _dir: dir }
-    }
-
-    fn master_port(&self) -> Option<u16> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
-        let mut c = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
-        let addr: Option<(String, u16)> =
-            redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg("main").query(&mut c).ok()?;
-        addr.map(|(_, p)| p)
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
 }
 
 #[test]

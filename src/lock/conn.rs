@@ -15,6 +15,7 @@ use redis::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::sentinel::Watcher;
 use crate::config::{RedisConfig, Topology};
 use crate::exit::Error;
 
@@ -133,6 +134,11 @@ pub struct Conn {
     fresh: bool,
     /// Which Sentinel to ask first next time.
     sentinel_turn: usize,
+    /// With Sentinel: the switches of the master heard so far (started with the first link).
+    watcher: Option<Watcher>,
+    /// The watcher's epoch when the Sentinels were last asked: a link made then is stale once
+    /// the epoch moves on.
+    link_epoch: u64,
     connect_timeout: Duration,
     command_timeout: Duration,
     /// Where we connect, for messages: the URL without its password.
@@ -194,6 +200,8 @@ impl Conn {
             client: None,
             fresh: true,
             sentinel_turn: 0,
+            watcher: None,
+            link_epoch: 0,
             connect_timeout: redis.connect_timeout,
             command_timeout: redis.command_timeout,
             target,
@@ -207,6 +215,7 @@ impl Conn {
             Link::Node(c) => script.invoke_async(c).await,
             Link::Cluster(c) => script.invoke_async(c).await,
         };
+        self.unless_switched()?;
         self.answered(result).await
     }
 
@@ -233,7 +242,37 @@ impl Conn {
                 None => cmd.query_async(c).await,
             },
         };
+        self.unless_switched()?;
         self.answered(result).await
+    }
+
+    /// Resolves once the Sentinels have switched the master since they were last asked: the
+    /// node in use, and anything it confirmed after that, no longer counts. Never resolves for
+    /// other topologies.
+    pub fn master_changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let changed = self.watcher.as_ref().map(|w| w.changed_since(self.link_epoch));
+        async move {
+            match changed {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// After a reply: if a switch of the master was heard since the Sentinels were asked, the
+    /// reply came from a node they no longer name and does not count, even a success; the next
+    /// request goes to the new master.
+    fn unless_switched(&mut self) -> Result<(), Fault> {
+        match &self.watcher {
+            Some(watcher) if watcher.epoch() != self.link_epoch => {
+                self.link = None;
+                Err(Fault::Unavailable(
+                    "the Sentinels switched the master while a request was in flight; its outcome does not count"
+                        .into(),
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A separate connection subscribed to `channel`, bounded by the connect and command
@@ -274,6 +313,12 @@ impl Conn {
     }
 
     async fn link(&mut self) -> Result<&mut Link, Fault> {
+        if let Some(watcher) = &self.watcher
+            && watcher.epoch() != self.link_epoch
+        {
+            // The Sentinels have switched the master since this link was made.
+            self.link = None;
+        }
         if self.link.is_none() {
             let link = match self.topology.clone() {
                 Topology::Single | Topology::Quorum { .. } => {
@@ -282,12 +327,19 @@ impl Conn {
                     self.connect_node(client).await?
                 }
                 Topology::Sentinel { mut sentinels, master } => {
+                    let limit = self.connect_timeout + self.command_timeout;
+                    let watcher =
+                        self.watcher.get_or_insert_with(|| Watcher::start(&sentinels, &master, limit));
+                    // Listening before asking: a switch from here on makes this link stale.
+                    watcher.covered(limit).await;
+                    self.link_epoch = watcher.epoch();
+                    let demoted = watcher.demoted();
                     // Start with the Sentinel after the one asked last time, so that one stale
                     // Sentinel cannot keep naming a demoted master.
                     let turn = self.sentinel_turn % sentinels.len().max(1);
                     sentinels.rotate_left(turn);
                     self.sentinel_turn += 1;
-                    let (host, port) = self.discover(&sentinels, &master).await?;
+                    let (host, port) = self.discover(&sentinels, &master, demoted.as_ref()).await?;
                     let addr = match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
                             ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
@@ -384,8 +436,14 @@ impl Conn {
         }
     }
 
-    /// Asks the Sentinels, in order, where the master is.
-    async fn discover(&self, sentinels: &[String], master: &str) -> Result<(String, u16), Fault> {
+    /// Asks the Sentinels, in order, where the master is. A Sentinel that still names the
+    /// master the latest switch replaced has not caught up: the next one is asked.
+    async fn discover(
+        &self,
+        sentinels: &[String],
+        master: &str,
+        demoted: Option<&(String, u16)>,
+    ) -> Result<(String, u16), Fault> {
         let mut last = String::from("no Sentinel answered");
         let (mut answered, mut unknown) = (0, 0);
         for sentinel in sentinels {
@@ -399,10 +457,23 @@ impl Conn {
                     .await
             };
             match tokio::time::timeout(self.connect_timeout + self.command_timeout, asked).await {
+                Ok(Ok(Some(addr))) if demoted == Some(&addr) => {
+                    last = format!(
+                        "Sentinel {sentinel} still names {}:{}, the master a failover replaced",
+                        addr.0, addr.1
+                    );
+                }
                 Ok(Ok(Some(addr))) => return Ok(addr),
                 Ok(Ok(None)) => {
                     (answered, unknown) = (answered + 1, unknown + 1);
                     last = format!("Sentinel {sentinel} does not know a master named {master:?}");
+                }
+                Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("unknown command")) => {
+                    return Err(Fault::Config(format!(
+                        "--sentinel {sentinel} is not a Sentinel (it answered like a plain Redis: {e}): \
+                         give the Sentinels' addresses (port 26379 by default), or --redis-url alone \
+                         for a plain Redis"
+                    )));
                 }
                 Ok(Err(e)) => last = format!("Sentinel {sentinel}: {e}"),
                 Err(_) => last = format!("Sentinel {sentinel} did not answer"),

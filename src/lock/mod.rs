@@ -6,6 +6,7 @@ pub mod keys;
 mod lease;
 pub mod renewer;
 mod scripts;
+mod sentinel;
 mod values;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -97,6 +98,15 @@ impl Lock {
             }
         }
         Err(last)
+    }
+
+    /// Resolves once the Sentinels have switched the master since it was last asked (never
+    /// for other topologies): what the lock was last confirmed on no longer counts.
+    pub fn master_changed(&self) -> impl Future<Output = ()> + Send + 'static {
+        let changes: Vec<_> = self.nodes.iter().map(|n| Box::pin(n.master_changed())).collect();
+        async move {
+            futures_util::future::select_all(changes).await;
+        }
     }
 
     /// The value stored at the key: `<token> <host> <pid> <start unix ms>`.

@@ -63,6 +63,9 @@ async fn renew_loop(
             biased;
             _ = &mut stop => return lock,
             () = sleep_until(next) => {}
+            // The lease was confirmed on a node that is no longer the master: confirm it on
+            // the new one now, before the key can expire there.
+            () = lock.master_changed() => tracing::info!("renewing on the new master"),
         }
         let sent = Instant::now();
         if lease.expired(sent) {

@@ -1,0 +1,183 @@
+//! Following a Sentinel failover while the lock is held or awaited: every Sentinel given is
+//! subscribed to `+switch-master`, and each switch of our master starts a new epoch. A
+//! connection made in an older epoch is to a node the Sentinels no longer name, so nothing it
+//! answers confirms ownership (see `Conn`).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::Client;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::backoff::full_jitter;
+
+type Addr = (String, u16);
+
+/// What the watcher has heard.
+#[derive(Debug, Clone, Default)]
+struct State {
+    /// Bumped by every switch of our master, and by every subscription made while one may have
+    /// been missed.
+    epoch: u64,
+    /// The latest switch heard (old master, new master). A Sentinel that still names the old
+    /// one has not caught up; the others announce the same switch, which changes nothing.
+    switch: Option<(Addr, Addr)>,
+    /// Subscriptions in place now.
+    live: usize,
+    /// Sentinels tried at least once.
+    tried: usize,
+    /// A connection was made while no subscription was in place: the next one to be made
+    /// starts a new epoch.
+    uncovered: bool,
+}
+
+/// One subscription per Sentinel, each re-made (with bounded backoff) when it breaks. The
+/// subscriptions end when the watcher is dropped.
+pub struct Watcher {
+    state: watch::Sender<State>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Whether the first subscriptions have been waited for.
+    waited: bool,
+}
+
+impl Watcher {
+    /// Subscribes to every Sentinel in the background; `limit` bounds each attempt.
+    pub fn start(sentinels: &[String], master: &str, limit: Duration) -> Self {
+        let (state, _) = watch::channel(State::default());
+        let tasks = sentinels
+            .iter()
+            .map(|sentinel| tokio::spawn(follow(sentinel.clone(), master.to_owned(), state.clone(), limit)))
+            .collect();
+        Watcher { state, tasks, waited: false }
+    }
+
+    /// Makes sure a switch from now on is heard: the first time, waits (at most `limit`) until
+    /// a subscription is in place or every Sentinel has been tried. Without a subscription, the
+    /// next one made starts a new epoch.
+    pub async fn covered(&mut self, limit: Duration) {
+        let limit = if std::mem::replace(&mut self.waited, true) { Duration::ZERO } else { limit };
+        let n = self.tasks.len();
+        let mut state = self.state.subscribe();
+        let _ = tokio::time::timeout(limit, state.wait_for(|s| s.live > 0 || s.tried == n)).await;
+        self.state.send_if_modified(|s| {
+            s.uncovered = s.live == 0;
+            s.uncovered
+        });
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.state.borrow().epoch
+    }
+
+    /// The master the latest switch replaced, if any.
+    pub fn demoted(&self) -> Option<Addr> {
+        self.state.borrow().switch.as_ref().map(|(old, _)| old.clone())
+    }
+
+    /// Resolves once the epoch is no longer `seen`.
+    pub fn changed_since(&self, seen: u64) -> impl Future<Output = ()> + Send + 'static {
+        let mut state = self.state.subscribe();
+        async move {
+            // The sender lives as long as the watcher, and so does whoever awaits this.
+            if state.wait_for(|s| s.epoch != seen).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Keeps one subscription to `sentinel` in place and reports what it hears.
+async fn follow(sentinel: String, master: String, state: watch::Sender<State>, limit: Duration) {
+    let mut subscribed_before = false;
+    let mut failures = 0u32;
+    loop {
+        let subscribed = tokio::time::timeout(limit, subscribe(&sentinel)).await;
+        let first = failures == 0 && !subscribed_before;
+        if first && !matches!(subscribed, Ok(Ok(_))) {
+            state.send_modify(|s| s.tried += 1);
+        }
+        match subscribed {
+            Ok(Ok(mut switches)) => {
+                failures = 0;
+                state.send_modify(|s| {
+                    s.tried += usize::from(first);
+                    s.live += 1;
+                    // While this subscription was down (or none was in place when the master
+                    // was looked up), a switch may have gone unheard: look it up again.
+                    if subscribed_before || s.uncovered {
+                        s.epoch += 1;
+                        s.uncovered = false;
+                    }
+                });
+                subscribed_before = true;
+                while let Some(message) = switches.next().await {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    let Some(switch) = parse_switch(&payload, &master) else { continue };
+                    let news = state.send_if_modified(|s| {
+                        if s.switch.as_ref() == Some(&switch) {
+                            return false;
+                        }
+                        s.epoch += 1;
+                        s.switch = Some(switch.clone());
+                        true
+                    });
+                    let ((old_host, old_port), (new_host, new_port)) = switch;
+                    let text = format!(
+                        "the Sentinels switched master {master:?} from {old_host}:{old_port} to {new_host}:{new_port}"
+                    );
+                    if news {
+                        tracing::info!(sentinel, "{text}");
+                    } else {
+                        tracing::debug!(sentinel, "{text} (already heard)");
+                    }
+                }
+                state.send_modify(|s| s.live -= 1);
+                tracing::debug!(sentinel, "the subscription to the Sentinel broke; subscribing again");
+            }
+            Ok(Err(e)) => tracing::debug!(sentinel, "cannot subscribe to the Sentinel: {e}"),
+            Err(_) => tracing::debug!(sentinel, "subscribing to the Sentinel timed out"),
+        }
+        failures += 1;
+        tokio::time::sleep(full_jitter(Duration::from_millis(100), failures, Duration::from_secs(2))).await;
+    }
+}
+
+async fn subscribe(sentinel: &str) -> redis::RedisResult<redis::aio::PubSubStream> {
+    let mut pubsub = Client::open(format!("redis://{sentinel}"))?.get_async_pubsub().await?;
+    pubsub.subscribe("+switch-master").await?;
+    Ok(pubsub.into_on_message())
+}
+
+/// `<name> <old-ip> <old-port> <new-ip> <new-port>`, for our master only.
+fn parse_switch(payload: &str, master: &str) -> Option<(Addr, Addr)> {
+    let fields: Vec<&str> = payload.split(' ').collect();
+    match fields[..] {
+        [name, old_ip, old_port, new_ip, new_port] if name == master => {
+            Some(((old_ip.to_owned(), old_port.parse().ok()?), (new_ip.to_owned(), new_port.parse().ok()?)))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_switch;
+
+    #[test]
+    fn only_switches_of_our_master_count() {
+        let ours = parse_switch("main 10.0.0.1 6379 10.0.0.2 6380", "main");
+        assert_eq!(ours, Some((("10.0.0.1".into(), 6379), ("10.0.0.2".into(), 6380))));
+        assert_eq!(parse_switch("other 10.0.0.1 6379 10.0.0.2 6380", "main"), None);
+        assert_eq!(parse_switch("main 10.0.0.1 6379", "main"), None);
+        assert_eq!(parse_switch("main 10.0.0.1 x 10.0.0.2 6380", "main"), None);
+    }
+}
