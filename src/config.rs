@@ -49,6 +49,8 @@ pub struct Output {
 pub struct RedisConfig {
     /// The node's URL; with Sentinel, only its scheme, credentials and database count.
     pub url: String,
+    /// Where the URL came from, for messages: `--redis-url`, `REDLOCK_REDIS_URL` or `REDIS_URL`.
+    pub url_source: &'static str,
     pub topology: Topology,
     /// From --password-file or REDLOCK_PASSWORD; overrides the URL's.
     pub password: Option<String>,
@@ -186,8 +188,15 @@ fn redis_config(
     slack: Option<Duration>,
 ) -> Result<RedisConfig, Error> {
     let mut urls = args.redis_url.clone();
+    let mut url_source = "--redis-url";
     if urls.is_empty() {
-        urls.extend(non_empty_env("REDLOCK_REDIS_URL").or_else(|| non_empty_env("REDIS_URL")));
+        for name in ["REDLOCK_REDIS_URL", "REDIS_URL"] {
+            if let Some(url) = non_empty_env(name) {
+                urls.push(url);
+                url_source = name;
+                break;
+            }
+        }
     }
     if urls.is_empty() {
         urls.push("redis://127.0.0.1:6379".to_owned());
@@ -233,6 +242,7 @@ fn redis_config(
     };
     Ok(RedisConfig {
         url: urls.swap_remove(0),
+        url_source,
         topology,
         password,
         tls,
