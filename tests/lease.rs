@@ -374,3 +374,47 @@ fn timing_flags_that_leave_no_room_are_usage_errors() {
         assert!(r.stderr.contains(mention), "{args:?} names {mention}: {}", r.stderr);
     }
 }
+
+#[test]
+fn a_ttl_too_short_to_renew_is_a_usage_error_naming_the_shortest_that_works() {
+    let redis = RedisServer::start();
+    // With the default --renew-every (ttl/3) and --kill-grace (ttl/6), 49ms is the shortest.
+    for ttl in ["5ms", "20ms", "34ms", "48ms"] {
+        let r = run(redlock(&redis).args(["-k", "lock:short", "--ttl", ttl, "--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "--ttl {ttl}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("the shortest --ttl that works with the other flags as given is 49ms"),
+            "{}",
+            r.stderr
+        );
+    }
+    // Given flags stay as given, the defaults follow the TTL: at 1.12s, 900ms + 186.67ms + 20ms
+    // is just under 1.12s − 13.2ms.
+    let r = run(
+        redlock(&redis).args(["-k", "lock:short", "--ttl", "1s", "--renew-every", "900ms", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("is 1s 120ms"), "{}", r.stderr);
+    assert_eq!(redis.cmd::<i64>(&[b"DBSIZE"]), 0, "nothing was taken by a rejected run");
+    let r = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:short",
+            "--ttl",
+            "1s 120ms",
+            "--renew-every",
+            "900ms",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "the TTL named works: {}", r.stderr);
+
+    // The shortest outlives several renewals (one every 16.3 ms) with its command.
+    let r =
+        run(redlock(&redis).args(["-v", "-k", "lock:short", "--ttl", "49ms", "--", "sleep", "0.15"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!redis.exists(b"lock:short"), "released");
+}
