@@ -178,9 +178,20 @@ impl Invocation {
     }
 }
 
+/// The longest lock key: the command gets it in its environment (`REDLOCK_KEY=…`), and Linux
+/// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+
 fn key(raw: &OsString) -> Result<Vec<u8>, Error> {
     if raw.is_empty() {
         return Err(usage("--key must not be empty"));
+    }
+    if raw.len() > MAX_KEY_LEN {
+        return Err(usage(format!(
+            "--key is {} bytes long; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the command's \
+             environment can hold it as REDLOCK_KEY",
+            raw.len()
+        )));
     }
     Ok(raw.as_bytes().to_vec())
 }

@@ -236,3 +236,40 @@ fn scripts_are_reloaded_after_script_flush() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!redis.exists(b"lock:flush"));
 }
+
+#[test]
+fn keys_longer_than_64_kib_are_refused_before_touching_redis() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let long = "k".repeat(64 * 1024 + 1);
+    let requests = redis.client_requests();
+    for args in [&["--", "touch"][..], &["status"][..], &["release", "--force"][..]] {
+        let mut cmd = redlock(&redis);
+        if args[0] != "--" {
+            cmd = wrapper();
+            cmd.args(args).args(["--redis-url", &redis.url()]);
+        }
+        cmd.args(["--key", &long]);
+        if args[0] == "--" {
+            cmd.args(args).arg(&marker);
+        }
+        let r = run(&mut cmd, LIMIT);
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("65537 bytes") && r.stderr.contains("65536"),
+            "names the limit: {}",
+            r.stderr
+        );
+    }
+    assert!(!marker.exists(), "nothing ran");
+    assert_eq!(redis.client_requests(), requests, "Redis was not even asked");
+    assert_eq!(redis.cmd::<i64>(&[b"DBSIZE"]), 0, "nothing written to Redis");
+
+    // At the limit the command runs, with the whole key in its environment.
+    let key = "k".repeat(64 * 1024);
+    let r = run(redlock(&redis).args(["--key", &key, "--", "sh", "-c", "echo ${#REDLOCK_KEY}"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "65536");
+    assert!(!redis.exists(key.as_bytes()), "released");
+}
