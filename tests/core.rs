@@ -273,3 +273,35 @@ fn keys_longer_than_64_kib_are_refused_before_touching_redis() {
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "65536");
     assert!(!redis.exists(key.as_bytes()), "released");
 }
+
+/// What the command sees on fds 0–2 and its status, with the wrapper started by `sh` after
+/// closing the descriptors in `closing` (e.g. `>&-`).
+fn fds_seen_with(redis: &RedisServer, closing: &str) -> (i32, String) {
+    let dir = tmp();
+    let seen = file(&dir, "fds");
+    let script = "a=$(readlink /proc/$$/fd/0); b=$(readlink /proc/$$/fd/1); c=$(readlink /proc/$$/fd/2); \
+                  echo \"$a $b $c\" > \"$SEEN\"; exit 3";
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &format!("exec \"$0\" \"$@\" {closing}"), BIN, "--redis-url", &redis.url()])
+        .args(["-k", "lock:closed", "--", "sh", "-c", script])
+        .env("SEEN", &seen);
+    let r = run(&mut cmd, LIMIT);
+    (r.code, std::fs::read_to_string(&seen).unwrap_or_default().trim().to_owned())
+}
+
+#[test]
+fn closed_stdio_is_dev_null_for_the_command_and_the_run_still_works() {
+    let redis = RedisServer::start();
+    let (code, seen) = fds_seen_with(&redis, "<&- >&- 2>&-");
+    assert_eq!(code, 3, "the command's own status");
+    assert_eq!(seen, "/dev/null /dev/null /dev/null");
+    // Only stdout closed: the others are passed on as they are.
+    let (code, seen) = fds_seen_with(&redis, ">&-");
+    assert_eq!(code, 3);
+    let fds: Vec<&str> = seen.split(' ').collect();
+    assert_eq!(fds.len(), 3, "{seen}");
+    assert_eq!(fds[0], "/dev/null", "run() gives stdin /dev/null: {seen}");
+    assert_eq!(fds[1], "/dev/null", "{seen}");
+    assert!(fds[2].starts_with("pipe:"), "stderr is the test's pipe: {seen}");
+    assert!(!redis.exists(b"lock:closed"), "released");
+}
