@@ -418,3 +418,60 @@ fn a_ttl_too_short_to_renew_is_a_usage_error_naming_the_shortest_that_works() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!redis.exists(b"lock:short"), "released");
 }
+
+/// Polls PTTL of `key` until it jumps up (a renewal just happened); bounded.
+fn wait_for_renewal(redis: &RedisServer, key: &str) {
+    let conn = &mut redis.conn();
+    let mut last: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+    for _ in 0..10_000 {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        if pttl > last + 100 {
+            return;
+        }
+        last = pttl;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("saw no renewal of {key} within 10000 samples");
+}
+
+#[test]
+fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plus_kill_grace() {
+    let mut redis = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, b_started) = (file(&dir, "pid"), file(&dir, "b-started"));
+    // A's command ignores SIGTERM (and so does everything it starts): only SIGKILL, --kill-grace
+    // after the SIGTERM, ends it. --ttl 3s: --renew-every 1s, --kill-grace 500ms.
+    let mut a = redlock(&redis)
+        .args(["-k", "lock:overlap", "--ttl", "3s", "--"])
+        .args(recorded("trap '' TERM; while :; do sleep 0.05; done"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let mut b = redlock(&redis)
+        .args(["-k", "lock:overlap", "--ttl", "3s", "--wait", "20s", "--", "sh", "-c"])
+        .arg("date +%s%N > \"$STARTED\"; sleep 1")
+        .env("STARTED", &b_started)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // The worst moment: right after A's renewal, so that A notices only at the next one.
+    wait_for_renewal(&redis, "lock:overlap");
+    redis.restart_empty();
+    let deadline = Instant::now() + LIMIT;
+    while !group_members(pgid).is_empty() {
+        assert!(Instant::now() < deadline, "A's command outlived {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let a_dead = unix_ms(SystemTime::now());
+    let b_start = read_when_present(&b_started, LIMIT).trim().parse::<i128>().unwrap() / 1_000_000;
+    let overlap = a_dead - b_start;
+    eprintln!("overlap {overlap} ms");
+    assert_eq!(wait_bounded(&mut a, LIMIT).code(), Some(125));
+    assert_eq!(wait_bounded(&mut b, LIMIT).code(), Some(0));
+    // renew-every + kill-grace = 1.5 s, plus a generous margin for retries and scheduling.
+    assert!(overlap < 1500 + 500, "A's command ran {overlap} ms into B's");
+    // The kill-grace part is real: the TERM-ignoring command survived at least that long.
+    assert!(overlap > 500, "{overlap} ms");
+}
