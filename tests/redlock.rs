@@ -227,3 +227,25 @@ fn status_needs_one_holder_on_a_majority_and_says_when_it_cannot_tell() {
     assert_eq!(unknown.code, 69, "one holder and two unreachable: unknown, not free: {}", unknown.stderr);
     assert!(String::from_utf8_lossy(&unknown.stdout).contains("UNKNOWN"));
 }
+
+/// A healthy quorum grants on a host whose every core is busy: the per-node timeout (50 ms at
+/// the default TTL, connection set-up included) must not run out because the wrapper waits for
+/// a CPU. It takes the machine's CPU while it runs, so it runs only when SOAK_SECS is set.
+#[test]
+fn a_healthy_quorum_grants_while_every_core_is_busy() {
+    if std::env::var_os("SOAK_SECS").is_none() {
+        return;
+    }
+    let nodes = nodes(3);
+    let hog = CpuHog::start();
+    let started = std::time::Instant::now();
+    let failures: Vec<String> = (0..200)
+        .filter_map(|_| {
+            let r = run(quorum(&nodes).args(["-k", "lock:hog", "--", "true"]), LIMIT);
+            (r.code != 0).then(|| format!("exit {}: {}", r.code, r.stderr))
+        })
+        .collect();
+    drop(hog);
+    eprintln!("200 acquisitions with every core busy in {:?}", started.elapsed());
+    assert!(failures.is_empty(), "{} of 200 failed: {failures:#?}", failures.len());
+}

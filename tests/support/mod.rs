@@ -466,3 +466,33 @@ pub fn run_into_closed_pipe(cmd: &mut Command, limit: Duration) -> Run {
         elapsed: started.elapsed(),
     }
 }
+
+/// A busy loop on every core, for as long as it lives (and never more than two minutes, should
+/// the test die without dropping it).
+pub struct CpuHog(Vec<Child>);
+
+impl CpuHog {
+    pub fn start() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        CpuHog(
+            (0..cores)
+                .map(|_| {
+                    Command::new("timeout")
+                        .args(["120", "sh", "-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("spawn a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+}
