@@ -22,9 +22,10 @@ pub const KILL_AHEAD: Duration = Duration::from_millis(10);
 /// The least time left between a renewal going out and the moment the command would have to be
 /// stopped without it. The first renewal goes out `renew-every` after the acquisition's reply,
 /// while the lease counts from before its request (connection set-up included), and a wrapper
-/// that is descheduled for a moment renews late. Measured with a loopback Redis and 100 runs of
-/// `sleep 0.3` per TTL: 5 ms sufficed on an idle 2-core host but lost 13 runs at load 3.4;
-/// 10 ms lost 1–2 runs at load 2–3.4; 20 ms lost none.
+/// that is descheduled for a moment renews late. Measured with a loopback Redis on a shared 2-core
+/// host, 100 runs of `sleep 0.3` per TTL: with 5 ms, 1 run was killed at load 0.5 and 13–83 at
+/// load 2–3.5; with 10 ms, 1–2 at load 2–3.5; with 20 ms, none at load 0.5–2 and 1 at load 2.6
+/// (the wrapper was not scheduled for longer than the whole lease: no margin helps there).
 pub const MIN_SLACK: Duration = Duration::from_millis(20);
 
 /// The renewal slack: the time between a renewal going out and the moment the command must be
