@@ -8,7 +8,7 @@ use redis::aio::PubSubStream;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::config::Config;
+use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::{Acquired, Fault, Holder, Lease, Lock, show_key};
 use crate::signals::Signals;
@@ -70,7 +70,9 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
         };
         let now = Instant::now();
         let fault = match attempt {
-            Ok(Acquired::Yes { fence, lease }) if lease.remaining(now) > config.kill_grace => {
+            Ok(Acquired::Yes { fence, lease })
+                if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
+            {
                 return Ok(Outcome::Acquired { fence, lease });
             }
             Ok(Acquired::Yes { .. }) => {

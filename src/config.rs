@@ -14,6 +14,27 @@ pub fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }
 
+/// SIGKILL goes to the command this long before the lease deadline, whatever `--kill-grace` is
+/// (timer granularity and scheduling delay must not let it outlive the lease). The supervisor's
+/// stop path uses this value; validation counts it in.
+pub const KILL_AHEAD: Duration = Duration::from_millis(10);
+
+/// The least time left between a renewal going out and the moment the command would have to be
+/// stopped without it. The first renewal goes out `renew-every` after the acquisition's reply,
+/// while the lease counts from before its request (connection set-up included), and a wrapper
+/// that is descheduled for a moment renews late. Measured with a loopback Redis on a shared 2-core
+/// host, 100 runs of `sleep 0.3` per TTL: with 5 ms, 1 run was killed at load 0.5 and 13–83 at
+/// load 2–3.5; with 10 ms, 1–2 at load 2–3.5; with 20 ms, none at load 0.5–2 and 1 at load 2.6
+/// (the wrapper was not scheduled for longer than the whole lease: no margin helps there).
+pub const MIN_SLACK: Duration = Duration::from_millis(20);
+
+/// The renewal slack: the time between a renewal going out and the moment the command must be
+/// stopped if it has not been confirmed (SIGTERM at `deadline − kill-grace`, SIGKILL at
+/// `deadline − KILL_AHEAD`, whichever comes first). `None` when there is none at all.
+fn renewal_slack(ttl: Duration, renew_every: Duration, kill_grace: Duration) -> Option<Duration> {
+    ttl.checked_sub(drift(ttl))?.checked_sub(renew_every)?.checked_sub(kill_grace.max(KILL_AHEAD))
+}
+
 /// What to do when ownership of the lock is lost or can no longer be confirmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnLost {
@@ -49,6 +70,8 @@ pub struct Output {
 pub struct RedisConfig {
     /// The node's URL; with Sentinel, only its scheme, credentials and database count.
     pub url: String,
+    /// Where the URL came from, for messages: `--redis-url`, `REDLOCK_REDIS_URL` or `REDIS_URL`.
+    pub url_source: &'static str,
     pub topology: Topology,
     /// From --password-file or REDLOCK_PASSWORD; overrides the URL's.
     pub password: Option<String>,
@@ -156,9 +179,20 @@ impl Invocation {
     }
 }
 
+/// The longest lock key: the command gets it in its environment (`REDLOCK_KEY=…`), and Linux
+/// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+
 fn key(raw: &OsString) -> Result<Vec<u8>, Error> {
     if raw.is_empty() {
         return Err(usage("--key must not be empty"));
+    }
+    if raw.len() > MAX_KEY_LEN {
+        return Err(usage(format!(
+            "--key is {} bytes long; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the command's \
+             environment can hold it as REDLOCK_KEY",
+            raw.len()
+        )));
     }
     Ok(raw.as_bytes().to_vec())
 }
@@ -186,8 +220,15 @@ fn redis_config(
     slack: Option<Duration>,
 ) -> Result<RedisConfig, Error> {
     let mut urls = args.redis_url.clone();
+    let mut url_source = "--redis-url";
     if urls.is_empty() {
-        urls.extend(non_empty_env("REDLOCK_REDIS_URL").or_else(|| non_empty_env("REDIS_URL")));
+        for name in ["REDLOCK_REDIS_URL", "REDIS_URL"] {
+            if let Some(url) = non_empty_env(name) {
+                urls.push(url);
+                url_source = name;
+                break;
+            }
+        }
     }
     if urls.is_empty() {
         urls.push("redis://127.0.0.1:6379".to_owned());
@@ -233,6 +274,7 @@ fn redis_config(
     };
     Ok(RedisConfig {
         url: urls.swap_remove(0),
+        url_source,
         topology,
         password,
         tls,
@@ -289,14 +331,14 @@ impl Config {
         if ttl.is_zero() {
             return Err(usage("--ttl must be at least 1ms"));
         }
-        let renew_every = match &cli.renew_every {
-            Some(s) => duration("--renew-every", s)?,
-            None => ttl / 3,
-        };
-        let kill_grace = match &cli.kill_grace {
-            Some(s) => duration("--kill-grace", s)?,
-            None => (ttl / 6).min(Duration::from_secs(10)),
-        };
+        let renew_every_flag =
+            cli.renew_every.as_deref().map(|s| duration("--renew-every", s)).transpose()?;
+        let kill_grace_flag = cli.kill_grace.as_deref().map(|s| duration("--kill-grace", s)).transpose()?;
+        // The defaults follow the TTL; given values stay as they are.
+        let renew_every_for = |ttl: Duration| renew_every_flag.unwrap_or(ttl / 3);
+        let kill_grace_for =
+            |ttl: Duration| kill_grace_flag.unwrap_or((ttl / 6).min(Duration::from_secs(10)));
+        let (renew_every, kill_grace) = (renew_every_for(ttl), kill_grace_for(ttl));
         let wait = duration_or_zero("--wait", &cli.wait)?;
         let min_hold = match &cli.min_hold {
             Some(s) => duration_or_zero("--min-hold", s)?,
@@ -315,32 +357,29 @@ impl Config {
         };
         let max_runtime = cli.max_runtime.as_deref().map(|s| duration("--max-runtime", s)).transpose()?;
 
-        let room = ttl.saturating_sub(drift(ttl));
-        if renew_every + kill_grace >= room {
-            return Err(usage(format!(
-                "--renew-every ({}) + --kill-grace ({}) must be less than --ttl ({}) minus the \
-                 drift allowance ({}): lengthen --ttl or shorten --renew-every / --kill-grace",
-                humantime::format_duration(renew_every),
-                humantime::format_duration(kill_grace),
-                humantime::format_duration(ttl),
-                humantime::format_duration(drift(ttl)),
-            )));
+        let works = |ttl: Duration| {
+            renewal_slack(ttl, renew_every_for(ttl), kill_grace_for(ttl)).is_some_and(|s| s > MIN_SLACK)
+        };
+        if !works(ttl) {
+            return Err(usage(too_short(ttl, renew_every, kill_grace, shortest_ttl(works))));
         }
 
         // Redis I/O must never be what delays the stop path: every request is bounded well
         // inside the slack between a renewal and the point where the command must be stopped,
         // leaving room for retries.
-        let slack = room - renew_every - kill_grace;
+        let slack = renewal_slack(ttl, renew_every, kill_grace).expect("checked above");
+        // A default is never one a user could not give: shorter than the slack, like a given one.
+        let within = |d: Duration| d.min(slack - Duration::from_millis(1));
         let mut redis = redis_config(
             &cli.redis,
-            (slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5)),
-            (slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2)),
+            within((slack / 3).clamp(Duration::from_millis(50), Duration::from_secs(5))),
+            within((slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2))),
             Some(slack),
         )?;
         if let Topology::Quorum { .. } = redis.topology {
             // Redlock: a node that does not answer quickly is skipped, not waited for, so that
             // most of the lease is left when a majority has granted it.
-            let per_node = (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(50));
+            let per_node = within((ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(50)));
             if cli.redis.command_timeout.is_none() {
                 redis.command_timeout = per_node;
             }
@@ -371,6 +410,54 @@ impl Config {
             command: cli.command,
         })
     }
+}
+
+/// The shortest TTL, in whole milliseconds, for which `works` holds (it holds for every longer
+/// one too: the slack grows with the TTL), or `None` when not even the longest does.
+fn shortest_ttl(works: impl Fn(Duration) -> bool) -> Option<Duration> {
+    let (mut lo, mut hi) = (0, u64::try_from(MAX_DURATION.as_millis()).expect("fits"));
+    if !works(Duration::from_millis(hi)) {
+        return None;
+    }
+    // Invariant: `works(lo)` is false (or lo = 0), `works(hi)` is true.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if works(Duration::from_millis(mid)) { hi = mid } else { lo = mid }
+    }
+    Some(Duration::from_millis(hi))
+}
+
+/// Why a TTL cannot work with the other timing flags, and the shortest that would.
+fn too_short(
+    ttl: Duration,
+    renew_every: Duration,
+    kill_grace: Duration,
+    shortest: Option<Duration>,
+) -> String {
+    let fix = match shortest {
+        Some(d) => format!(
+            "the shortest --ttl that works with the other flags as given is {}; lengthen --ttl or shorten \
+             --renew-every / --kill-grace",
+            humantime::format_duration(d)
+        ),
+        None => "no --ttl works with these flags: shorten --renew-every / --kill-grace".to_owned(),
+    };
+    format!(
+        "--ttl {} leaves no time to renew the lock: --renew-every ({}) + the larger of --kill-grace ({}) \
+         and {} (when the command is stopped) + {} (for the renewal's round trip) must be less than \
+         --ttl minus its drift allowance ({}); {fix}",
+        humantime::format_duration(ttl),
+        humantime::format_duration(micros(renew_every)),
+        humantime::format_duration(micros(kill_grace)),
+        humantime::format_duration(KILL_AHEAD),
+        humantime::format_duration(MIN_SLACK),
+        humantime::format_duration(micros(drift(ttl))),
+    )
+}
+
+/// A duration for messages: whole microseconds are precise enough.
+fn micros(d: Duration) -> Duration {
+    Duration::from_micros(d.as_micros().try_into().unwrap_or(u64::MAX))
 }
 
 fn usage(msg: impl Into<String>) -> Error {

@@ -232,7 +232,12 @@ pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
     Ok(0)
 }
 
+/// Writes the answer to stdout. A reader that has gone away (`status | head -0`) is not an
+/// error: the answer is dropped quietly and the exit status still tells the state.
 fn print_out(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).and_then(|()| out.flush()).map_err(|e| Error::Internal(e.into()))
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Internal(e.into())),
+        _ => Ok(()),
+    }
 }

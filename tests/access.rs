@@ -93,3 +93,60 @@ fn a_missing_command_permission_is_77() {
     assert_eq!(r.code, 77, "{}", r.stderr);
     assert!(!redis.exists(b"lock:noincr"), "the lock was not left behind");
 }
+
+#[test]
+fn malformed_urls_never_show_the_password_and_name_their_source() {
+    let forms = ["redis:/u:S3cret@h:6379", "u:S3cret@h:6379", "redis//u:S3cret@h:1", "redis:u:S3cret@h"];
+    let subcommands: [&[&str]; 3] =
+        [&["-vv", "-k", "k", "--", "true"], &["status", "-k", "k"], &["release", "-k", "k", "--force"]];
+    for url in forms {
+        for args in subcommands {
+            for source in ["--redis-url", "REDLOCK_REDIS_URL", "REDIS_URL"] {
+                let mut cmd = wrapper();
+                match source {
+                    "--redis-url" => cmd.args([args[0], "--redis-url", url]).args(&args[1..]),
+                    env => cmd.env(env, url).args(args),
+                };
+                let r = run(&mut cmd, LIMIT);
+                let what = format!("{url} via {source}, {args:?}");
+                assert_eq!(r.code, 78, "{what}: {}", r.stderr);
+                assert!(!r.stderr.contains("S3cret"), "{what}: {}", r.stderr);
+                assert!(r.stderr.contains(&format!("{source} ")), "names {source}: {}", r.stderr);
+            }
+        }
+    }
+}
+
+#[test]
+fn sentinel_and_cluster_targets_never_show_the_password() {
+    let port = free_port().to_string();
+    let r = run(
+        wrapper()
+            .args(["-vv", "--sentinel-master", "m", "--sentinel"])
+            .arg(format!("u:S3cret@127.0.0.1:{port}"))
+            .args(["-k", "k", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!r.stderr.contains("S3cret"), "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("u:***@127.0.0.1:{port}")), "the Sentinel is named: {}", r.stderr);
+
+    let good = format!("redis://u:S3cret@127.0.0.1:{port}");
+    let r = run(
+        wrapper().args([
+            "--cluster",
+            "--redis-url",
+            &good,
+            "--redis-url",
+            "redis:/u:S3cret@h",
+            "-k",
+            "k",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 78, "the second seed is malformed: {}", r.stderr);
+    assert!(!r.stderr.contains("S3cret"), "{}", r.stderr);
+    assert!(r.stderr.contains("redis:/u:***@h"), "{}", r.stderr);
+}

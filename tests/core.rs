@@ -304,3 +304,72 @@ fn scripts_are_reloaded_after_script_flush() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!redis.exists(b"lock:flush"));
 }
+
+#[test]
+fn keys_longer_than_64_kib_are_refused_before_touching_redis() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let long = "k".repeat(64 * 1024 + 1);
+    let requests = redis.client_requests();
+    for args in [&["--", "touch"][..], &["status"][..], &["release", "--force"][..]] {
+        let mut cmd = redlock(&redis);
+        if args[0] != "--" {
+            cmd = wrapper();
+            cmd.args(args).args(["--redis-url", &redis.url()]);
+        }
+        cmd.args(["--key", &long]);
+        if args[0] == "--" {
+            cmd.args(args).arg(&marker);
+        }
+        let r = run(&mut cmd, LIMIT);
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("65537 bytes") && r.stderr.contains("65536"),
+            "names the limit: {}",
+            r.stderr
+        );
+    }
+    assert!(!marker.exists(), "nothing ran");
+    assert_eq!(redis.client_requests(), requests, "Redis was not even asked");
+    assert_eq!(redis.cmd::<i64>(&[b"DBSIZE"]), 0, "nothing written to Redis");
+
+    // At the limit the command runs, with the whole key in its environment.
+    let key = "k".repeat(64 * 1024);
+    let r = run(redlock(&redis).args(["--key", &key, "--", "sh", "-c", "echo ${#REDLOCK_KEY}"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "65536");
+    assert!(!redis.exists(key.as_bytes()), "released");
+}
+
+/// What the command sees on fds 0–2 and its status, with the wrapper started by `sh` after
+/// closing the descriptors in `closing` (e.g. `>&-`).
+fn fds_seen_with(redis: &RedisServer, closing: &str) -> (i32, String) {
+    let dir = tmp();
+    let seen = file(&dir, "fds");
+    let script = "a=$(readlink /proc/$$/fd/0); b=$(readlink /proc/$$/fd/1); c=$(readlink /proc/$$/fd/2); \
+                  echo \"$a $b $c\" > \"$SEEN\"; exit 3";
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", &format!("exec \"$0\" \"$@\" {closing}"), BIN, "--redis-url", &redis.url()])
+        .args(["-k", "lock:closed", "--", "sh", "-c", script])
+        .env("SEEN", &seen);
+    let r = run(&mut cmd, LIMIT);
+    (r.code, std::fs::read_to_string(&seen).unwrap_or_default().trim().to_owned())
+}
+
+#[test]
+fn closed_stdio_is_dev_null_for_the_command_and_the_run_still_works() {
+    let redis = RedisServer::start();
+    let (code, seen) = fds_seen_with(&redis, "<&- >&- 2>&-");
+    assert_eq!(code, 3, "the command's own status");
+    assert_eq!(seen, "/dev/null /dev/null /dev/null");
+    // Only stdout closed: the others are passed on as they are.
+    let (code, seen) = fds_seen_with(&redis, ">&-");
+    assert_eq!(code, 3);
+    let fds: Vec<&str> = seen.split(' ').collect();
+    assert_eq!(fds.len(), 3, "{seen}");
+    assert_eq!(fds[0], "/dev/null", "run() gives stdin /dev/null: {seen}");
+    assert_eq!(fds[1], "/dev/null", "{seen}");
+    assert!(fds[2].starts_with("pipe:"), "stderr is the test's pipe: {seen}");
+    assert!(!redis.exists(b"lock:closed"), "released");
+}

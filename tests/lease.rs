@@ -374,3 +374,104 @@ fn timing_flags_that_leave_no_room_are_usage_errors() {
         assert!(r.stderr.contains(mention), "{args:?} names {mention}: {}", r.stderr);
     }
 }
+
+#[test]
+fn a_ttl_too_short_to_renew_is_a_usage_error_naming_the_shortest_that_works() {
+    let redis = RedisServer::start();
+    // With the default --renew-every (ttl/3) and --kill-grace (ttl/6), 49ms is the shortest.
+    for ttl in ["5ms", "20ms", "34ms", "48ms"] {
+        let r = run(redlock(&redis).args(["-k", "lock:short", "--ttl", ttl, "--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "--ttl {ttl}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("the shortest --ttl that works with the other flags as given is 49ms"),
+            "{}",
+            r.stderr
+        );
+    }
+    // Given flags stay as given, the defaults follow the TTL: at 1.12s, 900ms + 186.67ms + 20ms
+    // is just under 1.12s − 13.2ms.
+    let r = run(
+        redlock(&redis).args(["-k", "lock:short", "--ttl", "1s", "--renew-every", "900ms", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("is 1s 120ms"), "{}", r.stderr);
+    assert_eq!(redis.cmd::<i64>(&[b"DBSIZE"]), 0, "nothing was taken by a rejected run");
+    let r = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:short",
+            "--ttl",
+            "1s 120ms",
+            "--renew-every",
+            "900ms",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "the TTL named works: {}", r.stderr);
+
+    // The shortest outlives several renewals (one every 16.3 ms) with its command.
+    let r =
+        run(redlock(&redis).args(["-v", "-k", "lock:short", "--ttl", "49ms", "--", "sleep", "0.15"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!redis.exists(b"lock:short"), "released");
+}
+
+/// Polls PTTL of `key` until it jumps up (a renewal just happened); bounded.
+fn wait_for_renewal(redis: &RedisServer, key: &str) {
+    let conn = &mut redis.conn();
+    let mut last: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+    for _ in 0..10_000 {
+        let pttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        if pttl > last + 100 {
+            return;
+        }
+        last = pttl;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("saw no renewal of {key} within 10000 samples");
+}
+
+#[test]
+fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plus_kill_grace() {
+    let mut redis = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, b_started) = (file(&dir, "pid"), file(&dir, "b-started"));
+    // A's command ignores SIGTERM (and so does everything it starts): only SIGKILL, --kill-grace
+    // after the SIGTERM, ends it. --ttl 3s: --renew-every 1s, --kill-grace 500ms.
+    let mut a = redlock(&redis)
+        .args(["-k", "lock:overlap", "--ttl", "3s", "--"])
+        .args(recorded("trap '' TERM; while :; do sleep 0.05; done"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let mut b = redlock(&redis)
+        .args(["-k", "lock:overlap", "--ttl", "3s", "--wait", "20s", "--", "sh", "-c"])
+        .arg("date +%s%N > \"$STARTED\"; sleep 1")
+        .env("STARTED", &b_started)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    // The worst moment: right after A's renewal, so that A notices only at the next one.
+    wait_for_renewal(&redis, "lock:overlap");
+    redis.restart_empty();
+    let deadline = Instant::now() + LIMIT;
+    while !group_members(pgid).is_empty() {
+        assert!(Instant::now() < deadline, "A's command outlived {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let a_dead = unix_ms(SystemTime::now());
+    let b_start = read_when_present(&b_started, LIMIT).trim().parse::<i128>().unwrap() / 1_000_000;
+    let overlap = a_dead - b_start;
+    eprintln!("overlap {overlap} ms");
+    assert_eq!(wait_bounded(&mut a, LIMIT).code(), Some(125));
+    assert_eq!(wait_bounded(&mut b, LIMIT).code(), Some(0));
+    // renew-every + kill-grace = 1.5 s, plus a generous margin for retries and scheduling.
+    assert!(overlap < 1500 + 500, "A's command ran {overlap} ms into B's");
+    // The kill-grace part is real: the TERM-ignoring command survived at least that long.
+    assert!(overlap > 500, "{overlap} ms");
+}

@@ -302,3 +302,27 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
     );
     assert_eq!(again.code, 1, "nothing to release: {}", again.stderr);
 }
+
+#[test]
+fn status_and_release_into_a_closed_pipe_exit_quietly_by_state() {
+    let redis = RedisServer::start();
+    let op = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(args).args(["--redis-url", &redis.url(), "--key", "lock:pipe"]);
+        run_into_closed_pipe(&mut cmd, LIMIT)
+    };
+    let free = op(&["status"]);
+    assert_eq!((free.code, free.stderr.as_str()), (1, ""), "free, said nothing");
+    let nothing = op(&["release", "--force"]);
+    assert_eq!((nothing.code, nothing.stderr.as_str()), (1, ""), "nothing to release");
+
+    redis.cmd::<()>(&[b"SET", b"lock:pipe", b"someone", b"PX", b"60000"]);
+    for json in [false, true] {
+        let held = op(if json { &["status", "--json"] } else { &["status"] });
+        assert_eq!((held.code, held.stderr.as_str()), (0, ""), "held, said nothing (json: {json})");
+    }
+    let released = op(&["release", "--force"]);
+    assert_eq!(released.code, 0, "released: {}", released.stderr);
+    assert!(!released.stderr.contains("internal error"), "{}", released.stderr);
+    assert!(!redis.exists(b"lock:pipe"));
+}

@@ -152,14 +152,30 @@ impl Conn {
             // A quorum's nodes each get a connection of their own (RedisConfig::nodes).
             Topology::Single | Topology::Quorum { .. } => redact_url(&redis.url),
             Topology::Sentinel { master, sentinels } => {
-                format!("master {master:?} of Sentinel {}", sentinels.join(","))
+                format!(
+                    "master {master:?} of Sentinel {}",
+                    sentinels.iter().map(|s| redact_url(s)).collect::<Vec<_>>().join(",")
+                )
             }
             Topology::Cluster { seeds } => {
                 format!("cluster {}", seeds.iter().map(|s| redact_url(s)).collect::<Vec<_>>().join(","))
             }
         };
-        let url_error = |e: RedisError| Error::Config(format!("--redis-url {}: {e}", redact_url(&redis.url)));
-        let mut info = redis.url.as_str().into_connection_info().map_err(url_error)?;
+        // Neither the URL nor redis-rs's message about it may show a password; say where it came from.
+        let source = redis.url_source;
+        let url_error = |url: &str, e: RedisError| {
+            Error::Config(format!(
+                "{source} {}: {e} (expected redis://[user[:password]@]host:port[/db], rediss://… or unix:///path)",
+                redact_url(url)
+            ))
+        };
+        let mut info = redis.url.as_str().into_connection_info().map_err(|e| url_error(&redis.url, e))?;
+        if let Topology::Cluster { seeds } = &redis.topology {
+            // Every seed, not just the first, is checked now and named if malformed.
+            for seed in seeds {
+                seed.as_str().into_connection_info().map_err(|e| url_error(seed, e))?;
+            }
+        }
         // CLIENT SETINFO would add a round trip's worth of work to every connection.
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
         if let Some(password) = &redis.password {
@@ -176,7 +192,7 @@ impl Conn {
         let tls = if redis.tls.any() {
             if !is_tls {
                 return Err(Error::Config(format!(
-                    "--tls-* options need a rediss:// URL, not {}",
+                    "--tls-* options need a rediss:// URL, not {} ({source})",
                     redact_url(&redis.url)
                 )));
             }
@@ -186,7 +202,7 @@ impl Conn {
         };
         if let Topology::Single = redis.topology {
             // Fail on a bad URL now rather than at the first connection.
-            make_client(info.clone(), tls.as_ref()).map_err(url_error)?;
+            make_client(info.clone(), tls.as_ref()).map_err(|e| url_error(&redis.url, e))?;
         }
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(redis.connect_timeout))
@@ -459,24 +475,28 @@ impl Conn {
             match tokio::time::timeout(self.connect_timeout + self.command_timeout, asked).await {
                 Ok(Ok(Some(addr))) if demoted == Some(&addr) => {
                     last = format!(
-                        "Sentinel {sentinel} still names {}:{}, the master a failover replaced",
-                        addr.0, addr.1
+                        "Sentinel {} still names {}:{}, the master a failover replaced",
+                        redact_url(sentinel),
+                        addr.0,
+                        addr.1
                     );
                 }
                 Ok(Ok(Some(addr))) => return Ok(addr),
                 Ok(Ok(None)) => {
                     (answered, unknown) = (answered + 1, unknown + 1);
-                    last = format!("Sentinel {sentinel} does not know a master named {master:?}");
+                    last =
+                        format!("Sentinel {} does not know a master named {master:?}", redact_url(sentinel));
                 }
                 Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("unknown command")) => {
                     return Err(Fault::Config(format!(
-                        "--sentinel {sentinel} is not a Sentinel (it answered like a plain Redis: {e}): \
+                        "--sentinel {} is not a Sentinel (it answered like a plain Redis: {e}): \
                          give the Sentinels' addresses (port 26379 by default), or --redis-url alone \
-                         for a plain Redis"
+                         for a plain Redis",
+                        redact_url(sentinel)
                     )));
                 }
-                Ok(Err(e)) => last = format!("Sentinel {sentinel}: {e}"),
-                Err(_) => last = format!("Sentinel {sentinel} did not answer"),
+                Ok(Err(e)) => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                Err(_) => last = format!("Sentinel {} did not answer", redact_url(sentinel)),
             }
         }
         if answered > 0 && answered == unknown && answered == sentinels.len() {
@@ -654,13 +674,24 @@ async fn speaks_tls(host: &str, port: u16, limit: Duration) -> bool {
     matches!(tokio::time::timeout(limit, probe).await, Ok(Some(0x15 | 0x16)))
 }
 
-/// The URL with any password replaced by `***`, for messages: everything between `://` and the
-/// last `@` but a user name, and the value of any `pass`/`password` query parameter.
+/// The URL with any password replaced by `***`, for messages. It must hold for malformed input
+/// too (`redis:/u:pw@h`, `u:pw@h`, `redis//u:pw@h`), which is exactly what error messages show:
+/// after the scheme, if there is one (any name before `://`, or a Redis scheme followed by `:`
+/// or `/`), everything up to the last `@` is credentials — kept is only a user name before a
+/// `:` — and the value of any `pass`/`password` query parameter is replaced too.
 pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let (scheme, rest) = (&url[..scheme_end], &url[scheme_end + 3..]);
+    const SCHEMES: [&str; 7] = ["redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"];
+    let name = url
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+        .filter(|_| url.starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(0);
+    let after_colon = if url[name..].starts_with(':') { name + 1 } else { name };
+    let slashes = url[after_colon..].len() - url[after_colon..].trim_start_matches('/').len();
+    // Otherwise `u:` in `u:pw@h` would be taken for a scheme and `pw` for a user name.
+    let is_scheme = (after_colon > name && slashes >= 2)
+        || (SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(&url[..name])) && after_colon + slashes > name);
+    let prefix_end = if is_scheme { after_colon + slashes } else { 0 };
+    let (prefix, rest) = url.split_at(prefix_end);
     let rest = match rest.rfind('@') {
         Some(at) => match rest[..at].split_once(':') {
             Some((user, _)) if !user.is_empty() && !user.contains(['/', '?', '#']) => {
@@ -685,7 +716,7 @@ pub fn redact_url(url: &str) -> String {
         }
         None => rest,
     };
-    format!("{scheme}://{rest}")
+    format!("{prefix}{rest}")
 }
 
 #[cfg(test)]
@@ -719,5 +750,36 @@ mod tests {
         );
         assert_eq!(redact_url("redis://:pa#ss@h:1"), "redis://***@h:1");
         assert_eq!(redact_url("redis://u:p/a?s#s@h:1/2"), "redis://u:***@h:1/2");
+    }
+
+    #[test]
+    fn passwords_in_malformed_urls_are_redacted() {
+        for (url, shown) in [
+            ("redis:/u:S3cret@h:6379", "redis:/u:***@h:6379"),
+            ("u:S3cret@h:6379", "u:***@h:6379"),
+            ("redis//u:S3cret@h:1", "redis//u:***@h:1"),
+            ("redis:u:S3cret@h", "redis:u:***@h"),
+            ("redis:///u:S3cret@h", "redis:///u:***@h"),
+            ("redis:/:S3cret@h", "redis:/***@h"),
+            ("S3cret@h:6379", "***@h:6379"),
+            (":S3cret@h", "***@h"),
+            ("//u:S3cret@h", "***@h"),
+            ("redis:/u:S3c@ret@h", "redis:/u:***@h"),
+            ("u:S3c://ret@h", "u:***@h"),
+            ("u:S3cret@h", "u:***@h"),
+            ("redi:u:S3cret@h", "redi:***@h"),
+            ("foo://u:S3cret@h", "foo://u:***@h"),
+            ("redis@:S3cret@h", "redis@:***@h"),
+            ("h:6379?password=S3cret", "h:6379?password=***"),
+            ("redis:h?db=1&PASS=S3cret", "redis:h?db=1&PASS=***"),
+            (" redis://u:S3cret@h", " redis:***@h"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("S3c"), "{url}");
+        }
+        // Nothing that looks like credentials: unchanged.
+        for url in ["h:6379", "redis:/h:6379", "redis//h:1", "127.0.0.1", "unix:/run/redis.sock", ""] {
+            assert_eq!(redact_url(url), url);
+        }
     }
 }

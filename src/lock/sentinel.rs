@@ -97,6 +97,8 @@ impl Drop for Watcher {
 
 /// Keeps one subscription to `sentinel` in place and reports what it hears.
 async fn follow(sentinel: String, master: String, state: watch::Sender<State>, limit: Duration) {
+    // For logs: an address given as user:password@host:port keeps its password to itself.
+    let shown = super::conn::redact_url(&sentinel);
     let mut subscribed_before = false;
     let mut failures = 0u32;
     loop {
@@ -135,16 +137,16 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
                         "the Sentinels switched master {master:?} from {old_host}:{old_port} to {new_host}:{new_port}"
                     );
                     if news {
-                        tracing::info!(sentinel, "{text}");
+                        tracing::info!(sentinel = %shown, "{text}");
                     } else {
-                        tracing::debug!(sentinel, "{text} (already heard)");
+                        tracing::debug!(sentinel = %shown, "{text} (already heard)");
                     }
                 }
                 state.send_modify(|s| s.live -= 1);
-                tracing::debug!(sentinel, "the subscription to the Sentinel broke; subscribing again");
+                tracing::debug!(sentinel = %shown, "the subscription to the Sentinel broke; subscribing again");
             }
-            Ok(Err(e)) => tracing::debug!(sentinel, "cannot subscribe to the Sentinel: {e}"),
-            Err(_) => tracing::debug!(sentinel, "subscribing to the Sentinel timed out"),
+            Ok(Err(e)) => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
+            Err(_) => tracing::debug!(sentinel = %shown, "subscribing to the Sentinel timed out"),
         }
         failures += 1;
         tokio::time::sleep(full_jitter(Duration::from_millis(100), failures, Duration::from_secs(2))).await;

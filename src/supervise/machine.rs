@@ -14,15 +14,12 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::child::Group;
-use crate::config::OnLost;
+use crate::config::{KILL_AHEAD, OnLost};
 use crate::exit::status;
 use crate::lock::Lease;
 use crate::lock::renewer::LeaseEvent;
 use crate::signals::is_stop_request;
 
-/// SIGKILL goes out this much before the lease deadline, so that timer granularity and
-/// scheduling delay cannot make the command outlive it.
-pub const KILL_AHEAD: Duration = Duration::from_millis(10);
 /// How long processes get to die after SIGKILL before the wrapper stops waiting for them (they
 /// are unkillable: another user's, or stuck in the kernel).
 pub const KILL_WAIT: Duration = Duration::from_millis(500);

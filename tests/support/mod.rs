@@ -536,3 +536,49 @@ pub fn exactly_one_of(n: usize, key: &str, wrapper: impl Fn() -> Command) {
     assert_eq!(codes.iter().filter(|&&c| c == 75).count(), n - 1, "the others were busy: {codes:?}");
     assert_eq!(std::fs::read_to_string(&marker).unwrap(), "x\n", "the command ran once");
 }
+
+/// Like [`run`], with stdout a pipe whose reader is already gone (`cmd | head -0`): every write
+/// to stdout fails with EPIPE. `stdout` of the result is empty.
+pub fn run_into_closed_pipe(cmd: &mut Command, limit: Duration) -> Run {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let started = Instant::now();
+    let child = cmd.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).spawn().expect("spawn");
+    let out = wait_output(child, limit);
+    Run {
+        code: out.status.code().unwrap_or_else(|| panic!("died of a signal: {:?}", out.status)),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: started.elapsed(),
+    }
+}
+
+/// A busy loop on every core, for as long as it lives (and never more than two minutes, should
+/// the test die without dropping it).
+pub struct CpuHog(Vec<Child>);
+
+impl CpuHog {
+    pub fn start() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        CpuHog(
+            (0..cores)
+                .map(|_| {
+                    Command::new("timeout")
+                        .args(["120", "sh", "-c", "while :; do :; done"])
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("spawn a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            let _ = child.wait();
+        }
+    }
+}
