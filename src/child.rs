@@ -168,8 +168,15 @@ impl Child {
         if self.foreground && sys::terminal_group() == Some(self.pid) {
             sys::give_terminal_to(own);
         }
+        // If someone else continues the command meanwhile, the guardian wakes the wrapper.
+        if let Some(guardian) = &self.guardian {
+            guardian.watch();
+        }
         // SIGSTOP rather than SIGTSTP: the kernel discards SIGTSTP in an orphaned process group.
         let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+        if let Some(guardian) = &self.guardian {
+            guardian.unwatch();
+        }
         // Continued in the foreground (`fg`): the shell gave the terminal to the wrapper's group.
         // In the background (`bg`) the terminal stays the shell's.
         if self.foreground && sys::terminal_group() == Some(own) {

@@ -10,9 +10,12 @@ pub struct Signals {
 }
 
 /// Signals the wrapper handles: those forwarded to the command's process group, and the job
-/// control ones (TSTP suspends the command with the wrapper; TTIN/TTOU must never stop the
-/// wrapper alone, which would let the lease lapse under a running command).
-const HANDLED: [Signal; 10] = [
+/// control ones (TSTP suspends the command with the wrapper; CONT, seen while a suspension is
+/// still waiting for the group to stop, calls it off; TTIN/TTOU must never stop the wrapper
+/// alone, which would let the lease lapse under a running command). A signal that was ignored
+/// when the wrapper started (`nohup`, a shell's background job) stays ignored, for the command
+/// too: no handler is installed for it.
+const HANDLED: [Signal; 11] = [
     Signal::SIGTERM,
     Signal::SIGINT,
     Signal::SIGHUP,
@@ -23,12 +26,14 @@ const HANDLED: [Signal; 10] = [
     Signal::SIGTSTP,
     Signal::SIGTTIN,
     Signal::SIGTTOU,
+    Signal::SIGCONT,
 ];
 
 impl Signals {
     pub fn install() -> std::io::Result<Self> {
         let streams = HANDLED
             .iter()
+            .filter(|&&sig| sig == Signal::SIGCONT || !crate::sys::ignored_at_start(sig))
             .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
             .collect::<std::io::Result<_>>()?;
         Ok(Signals { streams })
@@ -49,13 +54,22 @@ impl Signals {
 }
 
 impl Signals {
+    /// Whether SIGCONT arrived since it was last received; consumes it.
+    pub fn take_continued(&mut self) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        self.streams
+            .iter_mut()
+            .filter(|(sig, _)| *sig == Signal::SIGCONT)
+            .any(|(_, stream)| stream.poll_recv(&mut cx).is_ready())
+    }
+
     /// The next signal that ends a run before its command has started: those whose default
     /// action would have ended the wrapper. WINCH, TTIN and TTOU are ignored; TSTP suspends the
     /// wrapper (nothing runs under it yet) until it is continued.
     pub async fn recv_before_start(&mut self) -> Signal {
         loop {
             match self.recv().await {
-                Signal::SIGWINCH | Signal::SIGTTIN | Signal::SIGTTOU => {}
+                Signal::SIGWINCH | Signal::SIGTTIN | Signal::SIGTTOU | Signal::SIGCONT => {}
                 Signal::SIGTSTP => {
                     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
                 }

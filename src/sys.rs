@@ -39,6 +39,18 @@ fn stdin_fd() -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(0) }
 }
 
+/// Whether `sig` was ignored (SIG_IGN) when the wrapper started, as `nohup` and shells starting
+/// background jobs arrange: such a signal is left ignored, for the command too.
+pub fn ignored_at_start(sig: Signal) -> bool {
+    use nix::libc;
+    let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: with a null new action, sigaction only reads the current one into `old`, a
+    // zeroed, properly sized sigaction that lives across the call.
+    let read = unsafe { libc::sigaction(sig as libc::c_int, std::ptr::null(), old.as_mut_ptr()) };
+    // SAFETY: zero-initialised, and filled in by the kernel when the call succeeded.
+    read == 0 && unsafe { old.assume_init() }.sa_sigaction == libc::SIG_IGN
+}
+
 /// Becomes a child subreaper, so orphaned descendants of the command are re-parented to the
 /// wrapper and reaped by it instead of escaping to init. Returns whether it worked.
 pub fn become_subreaper() -> bool {
@@ -76,24 +88,41 @@ pub fn prepare_child(cmd: &mut Command, foreground: bool, no_new_privs: bool) {
     }
 }
 
-/// A small process that outlives the wrapper for one purpose: if the wrapper dies without
-/// saying goodbye (SIGKILL, the OOM killer), it kills the command's whole process group. The
-/// parent-death signal reaches only the command itself, not what the command started.
+/// A small process beside the wrapper, for what the wrapper cannot do itself:
+/// - if the wrapper dies without saying goodbye (SIGKILL, the OOM killer), it kills the
+///   command's whole process group (the parent-death signal reaches only the command itself,
+///   not what the command started);
+/// - while the wrapper is suspended with its command (job control), it wakes the wrapper
+///   (SIGCONT) as soon as the command runs again — continued by someone other than the
+///   wrapper — so that nothing of the command ever runs while nothing renews its lock.
 pub struct Guardian {
     /// Our end of the pipe: closed by the kernel when the wrapper dies.
     write: std::os::fd::OwnedFd,
 }
 
+/// What the wrapper tells the guardian, one byte each.
+const DISMISS: u8 = b'x';
+const WATCH: u8 = b's';
+const UNWATCH: u8 = b'r';
+
 impl Guardian {
-    /// Forks the guardian of process group `pgid`.
-    pub fn start(pgid: Pid) -> io::Result<Self> {
+    /// Forks the guardian of the command `pid`, which leads its own process group.
+    pub fn start(pid: Pid) -> io::Result<Self> {
+        use std::io::Write;
         use std::os::fd::AsRawFd;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (read_fd, write_fd) = (read.as_raw_fd(), write.as_raw_fd());
+        // Formatted before the fork: the child may not allocate.
+        let mut stat_path = [0u8; 32];
+        write!(&mut stat_path[..31], "/proc/{}/stat", pid.as_raw())?;
+        let wrapper = nix::unistd::getpid().as_raw();
         // SAFETY: the child only makes async-signal-safe system calls (close, dup2, setpgid,
-        // read, kill, _exit) and never returns into Rust code that could allocate or lock.
+        // read, poll, open, kill, _exit) and never returns into Rust code that could allocate
+        // or lock.
         match unsafe { nix::unistd::fork() }? {
-            nix::unistd::ForkResult::Child => unsafe { guard(read_fd, write_fd, pgid.as_raw()) },
+            nix::unistd::ForkResult::Child => unsafe {
+                guard(read_fd, write_fd, pid.as_raw(), wrapper, &stat_path)
+            },
             nix::unistd::ForkResult::Parent { .. } => {
                 drop(read);
                 Ok(Guardian { write })
@@ -101,19 +130,33 @@ impl Guardian {
         }
     }
 
+    /// The wrapper is about to stop itself with its stopped command: wake it if the command
+    /// runs again first.
+    pub fn watch(&self) {
+        let _ = nix::unistd::write(&self.write, &[WATCH]);
+    }
+
+    /// The wrapper runs again.
+    pub fn unwatch(&self) {
+        let _ = nix::unistd::write(&self.write, &[UNWATCH]);
+    }
+
     /// The command's group is gone: the guardian may leave without doing anything.
     pub fn dismiss(self) {
-        let _ = nix::unistd::write(&self.write, b"x");
+        let _ = nix::unistd::write(&self.write, &[DISMISS]);
     }
 }
+
+/// How often a watching guardian looks at the command.
+const WATCH_EVERY_MS: i32 = 10;
 
 /// The guardian's whole life, between fork and `_exit`.
 ///
 /// # Safety
 /// Only to be called in a freshly forked child; it never returns.
-unsafe fn guard(read_fd: i32, write_fd: i32, pgid: i32) -> ! {
+unsafe fn guard(read_fd: i32, write_fd: i32, pid: i32, wrapper: i32, stat_path: &[u8; 32]) -> ! {
     use nix::libc;
-    // SAFETY (whole block): plain system calls on file descriptors and process ids this
+    // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
     unsafe {
         libc::close(write_fd);
@@ -126,20 +169,63 @@ unsafe fn guard(read_fd: i32, write_fd: i32, pgid: i32) -> ! {
         for fd in 1..1024 {
             libc::close(fd);
         }
-        let mut byte = 0u8;
+        let mut watching = false;
         loop {
-            let n = libc::read(0, (&raw mut byte).cast(), 1);
-            if n == 1 {
-                libc::_exit(0);
+            let mut pipe = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+            let ready = libc::poll(&mut pipe, 1, if watching { WATCH_EVERY_MS } else { -1 });
+            if ready == 0 {
+                if command_runs(stat_path) {
+                    libc::kill(wrapper, libc::SIGCONT);
+                }
+                continue;
             }
-            if n == 0 {
-                // EOF without goodbye: the wrapper died. Nothing of its command may live on.
-                libc::kill(-pgid, libc::SIGKILL);
-                libc::_exit(0);
-            }
-            if *libc::__errno_location() != libc::EINTR {
+            if ready < 0 {
+                if *libc::__errno_location() == libc::EINTR {
+                    continue;
+                }
                 libc::_exit(1);
             }
+            let mut byte = 0u8;
+            match libc::read(0, (&raw mut byte).cast(), 1) {
+                1 if byte == WATCH => watching = true,
+                1 if byte == UNWATCH => watching = false,
+                1 => libc::_exit(0),
+                0 => {
+                    // EOF without goodbye: the wrapper died. Nothing of its command may live on.
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::_exit(0);
+                }
+                _ if *libc::__errno_location() == libc::EINTR => {}
+                _ => libc::_exit(1),
+            }
         }
+    }
+}
+
+/// Whether the command (its /proc stat file at `stat_path`, NUL-terminated) is alive and not
+/// stopped. Async-signal-safe: no allocation.
+///
+/// # Safety
+/// Only plain system calls; callable between fork and `_exit`.
+unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
+    use nix::libc;
+    let mut buf = [0u8; 512];
+    // SAFETY: the path is NUL-terminated (formatted into a zeroed buffer one byte short of
+    // its length); the buffer outlives the read.
+    let n = unsafe {
+        let fd = libc::open(stat_path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let Ok(n) = usize::try_from(n) else { return false };
+    let stat = &buf[..n];
+    // The state follows the last ')' and a space.
+    match stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)) {
+        Some(b'T' | b't' | b'Z' | b'X' | b'x') | None => false,
+        Some(_) => true,
     }
 }

@@ -176,3 +176,54 @@ fn no_new_privs_keeps_the_command_from_becoming_root() {
         }
     }
 }
+
+/// Processes of the group the wrapper cannot stop make the run end with 125 — whatever the
+/// command's own status — and the lock is not released under them.
+#[test]
+fn leftovers_the_wrapper_cannot_stop_end_the_run_with_125() {
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    let setpriv = stage.path("setpriv");
+    let setpriv = setpriv.to_str().unwrap();
+    // A root background job (given time to become root) outlives a command that exits 0 …
+    let root_job = format!(
+        "{setpriv} --reuid 0 --regid 0 --clear-groups sh -c 'exec sleep 33.5 >/dev/null 2>&1' & sleep 0.3; exit 0"
+    );
+    // … or a killable shell whose root child survives SIGTERM and SIGKILL.
+    let root_child =
+        format!("{setpriv} --reuid 0 --regid 0 --clear-groups sh -c 'exec sleep 34.5 >/dev/null 2>&1'");
+    for (script, marker, signal) in [(root_job, "33.5", None), (root_child, "34.5", Some(Signal::SIGTERM))] {
+        let mut cmd = Command::new(stage.path("redlock-run"));
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .args([
+                "--redis-url",
+                &redis.url(),
+                "-k",
+                "lock:eperm-left",
+                "--ttl",
+                "20s",
+                "--kill-grace",
+                "300ms",
+            ])
+            .args(["--", "sh", "-c", &script])
+            .current_dir(stage.path(""))
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("spawn");
+        let sleeper = root_sleeper(marker);
+        if let Some(sig) = signal {
+            kill(Pid::from_raw(child.id() as i32), sig).unwrap();
+        }
+        let out = wait_output(child, LIMIT);
+        let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{script}: {stderr}");
+        assert!(stderr.contains("could not be stopped"), "{stderr}");
+        assert!(redis.exists(b"lock:eperm-left"), "the lock is left to expire, not released");
+        redis.cmd::<()>(&[b"DEL", b"lock:eperm-left"]);
+    }
+}

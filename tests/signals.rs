@@ -235,7 +235,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
     unshare
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(BIN)
-        .args(["--redis-url", &redis.url(), "-k", "lock:pid1", "--", "sh", "-c", script])
+        .args(["--redis-url", &redis.url(), "-k", "lock:pid1", "-v", "--", "sh", "-c", script])
         .env("PIDFILE", &pidfile)
         .env("ZOMBIES", &zombies)
         .stderr(Stdio::piped());
@@ -256,9 +256,16 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
         Some("1".to_owned()),
         "the wrapper is PID 1 in its namespace"
     );
+    // PID 1 cannot be stopped by a signal from its own namespace: SIGTSTP leaves the command
+    // running, and the wrapper says so.
+    kill(Pid::from_raw(wrapper), Signal::SIGTSTP).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(process_state(wrapper as u32).as_deref(), Some("T"));
     kill(Pid::from_raw(wrapper), Signal::SIGTERM).unwrap();
     let out = wait_output(outer, LIMIT);
-    assert_eq!(out.status.code(), Some(9), "the command's status: {}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(9), "the command's status: {stderr}");
+    assert!(stderr.contains("PID 1 and cannot be suspended"), "{stderr}");
     assert!(!redis.exists(b"lock:pid1"));
 }
 
@@ -503,4 +510,115 @@ fn leftovers_get_sigterm_as_soon_as_the_command_has_exited() {
         assert!(std::fs::read_to_string(&log).unwrap_or_default().contains("term"), "{sig}: no SIGTERM");
         assert!(!redis.exists(b"lock:leftover-int"));
     }
+}
+
+/// While the wrapper is suspended with its command, someone continues the command alone (not
+/// the wrapper): the wrapper is woken at once and renews again, so the command never runs
+/// while nothing renews its lock.
+#[test]
+fn a_command_continued_behind_the_suspended_wrappers_back_wakes_the_wrapper() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:woken", "--ttl", "2s", "--", "sh", "-c"])
+        .arg("echo $$ > \"$PIDFILE\"; while :; do sleep 0.05; done")
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
+    assert!(wait_until(Duration::from_secs(3), || process_state(wrapper.id()).as_deref() == Some("T")));
+    // The whole group of the command, as `kill -CONT -PGID` would.
+    nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(1), || process_state(wrapper.id()).as_deref() != Some("T")),
+        "the wrapper was woken when its command ran again"
+    );
+    // Past the TTL, the lock is still renewed: another run finds it busy.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(run(redlock(&redis).args(["-k", "lock:woken", "--", "true"]), LIMIT).code, 75);
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
+}
+
+/// SIGCONT right after SIGTSTP (before the group has stopped) calls the suspension off: the
+/// wrapper never ends up stopped on its own with nothing left to wake it.
+#[test]
+fn sigcont_right_after_sigtstp_leaves_nothing_suspended() {
+    let redis = RedisServer::start();
+    for _ in 0..5 {
+        let mut wrapper = redlock(&redis)
+            .args(["-k", "lock:tstp-cont", "--ttl", "3s", "--", "sh", "-c", "sleep 0.5; exit 5"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(Duration::from_millis(100));
+        kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
+        kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
+        assert_eq!(wait_bounded(&mut wrapper, Duration::from_secs(5)).code(), Some(5));
+    }
+    // A member that ignores SIGTSTP keeps the suspension waiting for --kill-grace: SIGCONT
+    // within that time calls it off too.
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:tstp-cont", "--ttl", "6s", "--kill-grace", "1s", "--", "sh", "-c"])
+        .arg("trap '' TSTP; sleep 2; exit 5")
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(100));
+    kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let state = process_state(wrapper.id());
+    if state.as_deref() == Some("T") {
+        // Nothing would wake it: do not leave it behind.
+        let _ = kill(pid_of(&wrapper), Signal::SIGKILL);
+    }
+    assert_ne!(state.as_deref(), Some("T"), "the suspension went ahead after SIGCONT");
+    assert_eq!(wait_bounded(&mut wrapper, Duration::from_secs(5)).code(), Some(5));
+}
+
+/// SIGTERM right after SIGTSTP: the command, stopped by the suspension, is continued so that
+/// its own SIGTERM handler runs (its status, not SIGKILL's 137).
+#[test]
+fn sigterm_right_after_sigtstp_reaches_the_commands_handler() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:tstp-term", "--kill-grace", "5s", "--", "sh", "-c"])
+        .arg(trapping("trap 'exit 9' TERM"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    read_when_present(&pidfile, Duration::from_secs(5));
+    let sent = Instant::now();
+    kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(9));
+    assert!(sent.elapsed() < Duration::from_secs(3), "took {:?}", sent.elapsed());
+}
+
+/// A signal ignored when the wrapper started (`nohup`, a shell's background job) stays ignored,
+/// by the wrapper and by the command.
+#[test]
+fn a_signal_ignored_at_start_stays_ignored() {
+    let redis = RedisServer::start();
+    let mut nohup = Command::new("nohup");
+    nohup
+        .arg(BIN)
+        .args(["--redis-url", &redis.url(), "-k", "lock:nohup", "--", "sh", "-c", "sleep 0.5; exit 4"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for name in ["REDLOCK_KEY", "REDLOCK_REDIS_URL", "REDIS_URL"] {
+        nohup.env_remove(name);
+    }
+    let mut wrapper = nohup.spawn().expect("nohup (coreutils)");
+    std::thread::sleep(Duration::from_millis(200));
+    kill(pid_of(&wrapper), Signal::SIGHUP).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(4), "SIGHUP was not passed on");
 }

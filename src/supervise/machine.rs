@@ -236,7 +236,8 @@ impl Machine {
             Input::Unkillable => {
                 if !self.unkillable {
                     self.unkillable = true;
-                    tracing::error!(
+                    // The moment it happened; the run's one error line comes at its end.
+                    tracing::warn!(
                         "cannot signal the command's process group (EPERM): it runs as another user \
                          (sudo, a setuid program); it cannot be stopped, and the lock will expire under it \
                          (--no-new-privs prevents this)"
@@ -413,6 +414,15 @@ impl Machine {
     fn signal(&mut self, sig: Signal, now: Instant, out: &mut Vec<Action>) {
         match sig {
             Signal::SIGTTIN | Signal::SIGTTOU => {}
+            // Continued before the group had stopped: the suspension is called off.
+            Signal::SIGCONT => {
+                if self.suspension.take().is_some() {
+                    tracing::info!(
+                        "continued (SIGCONT) before the suspension took effect; resuming the command"
+                    );
+                    out.push(Action::Resume);
+                }
+            }
             Signal::SIGWINCH if self.rules.foreground => {}
             Signal::SIGTSTP => {
                 if self.exited.is_none() && self.stop_began.is_none() && self.suspension.is_none() {
@@ -427,13 +437,13 @@ impl Machine {
             }
             sig => {
                 tracing::info!(signal = sig.as_str(), "passing the signal to the command");
+                out.push(Action::Signal(sig));
                 if is_stop_request(sig) {
                     self.reason.get_or_insert(StopReason::Signal(sig));
                     self.stop_began.get_or_insert(now);
-                    self.suspension = None;
                     self.term_sent |= sig == Signal::SIGTERM;
+                    self.call_off_suspension(out);
                 }
-                out.push(Action::Signal(sig));
             }
         }
     }
@@ -462,22 +472,28 @@ impl Machine {
         }
     }
 
+    /// Processes of the group could not be stopped: whatever the command's own status, the run
+    /// did not end cleanly, and says so with 125.
     fn survive(&mut self) {
-        let code = match self.exited {
-            Some(code) => self.code(code),
-            None => status::LEASE_LOST,
-        };
-        self.finished = Some(Finish { code, survivors: true });
+        self.finished = Some(Finish { code: status::LEASE_LOST, survivors: true });
     }
 
     fn term(&mut self, reason: StopReason, now: Instant, out: &mut Vec<Action>) {
         self.reason.get_or_insert(reason);
         self.stop_began.get_or_insert(now);
-        self.suspension = None;
         if !self.term_sent {
             self.term_sent = true;
             tracing::warn!(signal = "SIGTERM", reason = reason.as_str(), "stopping the command");
             out.push(Action::Signal(Signal::SIGTERM));
+        }
+        self.call_off_suspension(out);
+    }
+
+    /// A stop while a suspension is under way: members the suspension stopped are continued, so
+    /// that they can act on the signal that asks them to stop.
+    fn call_off_suspension(&mut self, out: &mut Vec<Action>) {
+        if self.suspension.take().is_some() {
+            out.push(Action::Resume);
         }
     }
 

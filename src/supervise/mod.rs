@@ -64,7 +64,7 @@ pub async fn supervise(
         None => (None, None),
     };
     let mut machine = Machine::new(rules, lease, Instant::now());
-    let mut shell = Shell { child, reported_exit: false, actions: Vec::new() };
+    let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
 
     let finish = loop {
         if let Some(events) = events.as_deref_mut() {
@@ -97,7 +97,7 @@ pub async fn supervise(
                     None
                 }
             },
-            sig = signals.recv() => Some(Input::Signal(sig)),
+            sig = shell.signals.recv() => Some(Input::Signal(sig)),
             () = sleep_until(wake) => None,
         };
         if let Some(input) = input {
@@ -120,6 +120,7 @@ pub async fn supervise(
 /// The real world around the machine: the command's process group and the wrapper itself.
 struct Shell<'c> {
     child: &'c mut Child,
+    signals: &'c mut Signals,
     /// The command's exit was given to the machine.
     reported_exit: bool,
     /// Actions asked for and not yet carried out.
@@ -156,7 +157,17 @@ impl Shell<'_> {
                     }
                 }
                 Action::SuspendSelf => {
-                    self.child.suspend_with_command();
+                    if self.signals.take_continued() {
+                        // SIGCONT came while the group was being stopped: nothing to wait for.
+                        tracing::info!(
+                            "continued (SIGCONT) before the wrapper stopped; resuming the command"
+                        );
+                    } else if std::process::id() == 1 {
+                        // The kernel does not stop PID 1 on a signal from its own namespace.
+                        tracing::info!("the wrapper is PID 1 and cannot be suspended; resuming the command");
+                    } else {
+                        self.child.suspend_with_command();
+                    }
                     machine.handle(Input::Resumed, Instant::now(), &mut out);
                 }
                 Action::Resume => self.child.resume_group(),

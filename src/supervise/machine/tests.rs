@@ -11,7 +11,8 @@
 //! 4. a renewal reported after the lease lapsed never revives it;
 //! 5. the run ends normally only when nothing of the group is left, with the status the
 //!    command and the stop reason call for;
-//! 6. once the command has exited, what it left behind gets SIGTERM, then SIGKILL after the
+//! 6. a stop request sent to the group reaches the command, even one a suspension had stopped;
+//! 7. once the command has exited, what it left behind gets SIGTERM, then SIGKILL after the
 //!    grace: the run ends within `grace + KILL_WAIT` (plus polls).
 
 use std::time::Duration;
@@ -134,10 +135,12 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// One process of the group.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Proc {
     alive: bool,
     stopped: bool,
+    /// Signals that reached it while stopped: it acts on them once continued.
+    pending: Vec<Signal>,
 }
 
 /// The world around the machine: the command, its leftovers, the renewer, the wrapper.
@@ -157,6 +160,8 @@ struct World {
     suspended: bool,
     /// Signals that reached the wrapper while it was suspended: handled when it runs again.
     pending: Vec<Signal>,
+    /// The first stop request (TERM, INT, QUIT) the live command's group was sent, and when.
+    forwarded: Option<(Signal, Instant)>,
     /// The first SIGTERM/SIGINT the wrapper handled.
     asked_to_stop: Option<Instant>,
     term_seen: bool,
@@ -173,9 +178,9 @@ impl World {
             max_runtime_at: case.max_runtime_ms.map(|ms| now + Duration::from_millis(ms)),
             foreground: case.foreground,
         };
-        let leftovers = vec![Proc { alive: true, stopped: false }; case.leftovers];
+        let leftovers = vec![Proc { alive: true, stopped: false, pending: Vec::new() }; case.leftovers];
         World {
-            command: Proc { alive: true, stopped: false },
+            command: Proc { alive: true, stopped: false, pending: Vec::new() },
             exit: None,
             exited_at: None,
             exit_reported: false,
@@ -185,6 +190,7 @@ impl World {
             lost_at: None,
             suspended: false,
             pending: Vec::new(),
+            forwarded: None,
             asked_to_stop: None,
             term_seen: false,
             machine: Machine::new(rules, Some(lease), now),
@@ -227,6 +233,10 @@ impl World {
             let now = Instant::now();
             match action {
                 Action::Signal(sig) => {
+                    if matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) && self.command.alive
+                    {
+                        self.forwarded.get_or_insert((sig, now));
+                    }
                     if self.case.unkillable {
                         self.machine.handle(Input::Unkillable, now, &mut out);
                     } else {
@@ -264,37 +274,7 @@ impl World {
             if !p.alive {
                 return None;
             }
-            match sig {
-                Signal::SIGKILL => {
-                    p.alive = false;
-                    Some(137)
-                }
-                Signal::SIGSTOP => {
-                    p.stopped = true;
-                    None
-                }
-                Signal::SIGCONT => {
-                    p.stopped = false;
-                    None
-                }
-                Signal::SIGTSTP if !case.ignores_tstp => {
-                    p.stopped = true;
-                    None
-                }
-                // A stopped process acts on these only once continued; the model keeps it simple
-                // and lets them pass by.
-                _ if p.stopped => None,
-                Signal::SIGTERM if !case.ignores_term => {
-                    p.alive = false;
-                    Some(143)
-                }
-                // `sh` starts background jobs with INT and QUIT ignored.
-                Signal::SIGINT | Signal::SIGQUIT if is_command && !case.ignores_int => {
-                    p.alive = false;
-                    Some(128 + sig as u8)
-                }
-                _ => None,
-            }
+            Self::act(&case, p, is_command, sig)
         };
         if let Some(code) = act(&mut self.command, true) {
             self.exit = Some(code);
@@ -311,6 +291,47 @@ impl World {
         }
     }
 
+    /// What `sig` does to one live process; its exit status if it ends it.
+    fn act(case: &Case, p: &mut Proc, is_command: bool, sig: Signal) -> Option<u8> {
+        {
+            match sig {
+                Signal::SIGKILL => {
+                    p.alive = false;
+                    Some(137)
+                }
+                Signal::SIGSTOP => {
+                    p.stopped = true;
+                    None
+                }
+                Signal::SIGCONT => {
+                    p.stopped = false;
+                    std::mem::take(&mut p.pending)
+                        .into_iter()
+                        .find_map(|pending| Self::act(case, p, is_command, pending).filter(|_| !p.alive))
+                }
+                Signal::SIGTSTP if !case.ignores_tstp => {
+                    p.stopped = true;
+                    None
+                }
+                // A stopped process acts on these once continued.
+                _ if p.stopped => {
+                    p.pending.push(sig);
+                    None
+                }
+                Signal::SIGTERM if !case.ignores_term => {
+                    p.alive = false;
+                    Some(143)
+                }
+                // `sh` starts background jobs with INT and QUIT ignored.
+                Signal::SIGINT | Signal::SIGQUIT if is_command && !case.ignores_int => {
+                    p.alive = false;
+                    Some(128 + sig as u8)
+                }
+                _ => None,
+            }
+        }
+    }
+
     fn happen(&mut self, ev: Ev) {
         let now = Instant::now();
         if self.suspended {
@@ -321,9 +342,15 @@ impl World {
                     let mut out = Vec::new();
                     self.machine.handle(Input::Resumed, now, &mut out);
                     self.carry_out(out);
-                    for sig in std::mem::take(&mut self.pending) {
+                    // Pending signals are handled in order, until one suspends the wrapper again.
+                    let mut pending = std::mem::take(&mut self.pending).into_iter();
+                    for sig in pending.by_ref() {
                         self.signal(sig);
+                        if self.suspended {
+                            break;
+                        }
                     }
+                    self.pending.extend(pending);
                 }
                 // The renewer is stopped with the process, and so is everything else here.
                 _ => {}
@@ -383,7 +410,8 @@ impl World {
                     self.deliver(Signal::SIGTSTP);
                 }
             }
-            Ev::Continue => {}
+            // The kernel's continue does nothing to a running wrapper; its handler sees it.
+            Ev::Continue => self.input(Input::Signal(Signal::SIGCONT)),
         }
     }
 
@@ -402,6 +430,7 @@ impl World {
         if let Some(finish) = m.finished() {
             if finish.survivors {
                 assert!(self.case.unkillable, "survivors only when the group cannot be signalled");
+                assert_eq!(finish.code, status::LEASE_LOST, "a run that could not stop its command");
             } else {
                 assert_eq!(self.group(), Group::Empty, "finished with members left");
                 let code = self.exit.expect("finished before the command exited");
@@ -411,6 +440,13 @@ impl World {
                     _ => code,
                 };
                 assert_eq!(finish.code, expected);
+                // A stop request reaches the command even if a suspension had stopped it: a
+                // command that acts on it is not still there to be killed a grace later.
+                if let (Some((sig, at)), 137, Some(killed)) = (self.forwarded, code, m.killed_at) {
+                    let acts =
+                        if sig == Signal::SIGTERM { !self.case.ignores_term } else { !self.case.ignores_int };
+                    assert!(!acts || killed < at + grace, "the command never acted on the {sig} it was sent");
+                }
             }
             return;
         }
@@ -530,5 +566,38 @@ fn leftovers_get_sigterm_when_the_command_exits_whatever_ended_it() {
         advance(POLL_EVERY).await;
         world.carry_out(Vec::new());
         assert_eq!(world.machine.finished(), Some(Finish { code: 130, survivors: false }));
+    });
+}
+
+/// SIGCONT to the wrapper before its group has stopped calls the suspension off: the wrapper
+/// never stops itself afterwards, and what the suspension stopped runs again.
+#[test]
+fn sigcont_before_the_group_has_stopped_calls_the_suspension_off() {
+    paused_runtime().block_on(async {
+        let case = Case { grace_ms: 200, ignores_tstp: true, ..Case::one_leftover() };
+        let mut world = World::new(case);
+        world.happen(Ev::Signal(Signal::SIGTSTP));
+        advance(Duration::from_millis(50)).await;
+        world.happen(Ev::Continue);
+        for _ in 0..10 {
+            advance(Duration::from_millis(50)).await;
+            world.carry_out(Vec::new());
+        }
+        assert!(!world.suspended, "suspended after SIGCONT called it off");
+        assert_eq!(world.group(), Group::Running);
+    });
+}
+
+/// SIGTERM right after SIGTSTP: the group the suspension stopped is continued, so that the
+/// command's own handler runs instead of SIGKILL a grace later.
+#[test]
+fn a_stop_request_during_a_suspension_reaches_the_stopped_command() {
+    paused_runtime().block_on(async {
+        let case = Case { leftovers: 0, ..Case::one_leftover() };
+        let mut world = World::new(case);
+        world.happen(Ev::Signal(Signal::SIGTSTP));
+        assert!(world.command.stopped && !world.suspended, "stopped; the wrapper not yet");
+        world.happen(Ev::Signal(Signal::SIGTERM));
+        assert_eq!(world.exit, Some(143), "the command acted on SIGTERM");
     });
 }
