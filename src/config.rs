@@ -223,7 +223,7 @@ fn redis_config(
     let mut url_source = "--redis-url";
     if urls.is_empty() {
         for name in ["REDLOCK_REDIS_URL", "REDIS_URL"] {
-            if let Some(url) = non_empty_env(name) {
+            if let Some(url) = non_empty_env(name)? {
                 urls.push(url);
                 url_source = name;
                 break;
@@ -247,7 +247,7 @@ fn redis_config(
             "with --sentinel, give at most one --redis-url (for scheme, credentials and database)",
         ));
     }
-    let password = match (&args.password_file, non_empty_env("REDLOCK_PASSWORD")) {
+    let password = match (&args.password_file, non_empty_env("REDLOCK_PASSWORD")?) {
         (Some(path), _) => Some(read_password(path)?),
         (None, env) => env,
     };
@@ -348,20 +348,36 @@ impl Config {
             Some(id) if id.is_empty() => return Err(usage("--idempotency-key must not be empty")),
             Some(id) => Some(Idempotency {
                 id: id.as_bytes().to_vec(),
-                ttl: duration("--idempotency-ttl", &cli.idempotency_ttl)?,
+                ttl: whole_millis("--idempotency-ttl", &cli.idempotency_ttl)?,
             }),
             None => {
-                duration("--idempotency-ttl", &cli.idempotency_ttl)?;
+                whole_millis("--idempotency-ttl", &cli.idempotency_ttl)?;
                 None
             }
         };
         let max_runtime = cli.max_runtime.as_deref().map(|s| duration("--max-runtime", s)).transpose()?;
 
-        let works = |ttl: Duration| {
-            renewal_slack(ttl, renew_every_for(ttl), kill_grace_for(ttl)).is_some_and(|s| s > MIN_SLACK)
-        };
+        // Given Redis timeouts must fit in the slack too (see `bounded_timeout`).
+        let mut longest_timeout = (Duration::ZERO, "");
+        for (flag, value) in [
+            ("--connect-timeout", &cli.redis.connect_timeout),
+            ("--command-timeout", &cli.redis.command_timeout),
+        ] {
+            if let Some(d) = value.as_deref().map(|v| duration(flag, v)).transpose()? {
+                longest_timeout = longest_timeout.max((d, flag));
+            }
+        }
+        let slack_for = |ttl: Duration| renewal_slack(ttl, renew_every_for(ttl), kill_grace_for(ttl));
+        let works = |ttl: Duration| slack_for(ttl).is_some_and(|s| s > MIN_SLACK && s > longest_timeout.0);
         if !works(ttl) {
-            return Err(usage(too_short(ttl, renew_every, kill_grace, shortest_ttl(works))));
+            let shortest = shortest_ttl(works);
+            return Err(usage(match slack_for(ttl) {
+                Some(slack) if slack > MIN_SLACK => {
+                    let (timeout, flag) = longest_timeout;
+                    timeout_too_long(flag, timeout, slack, shortest)
+                }
+                _ => too_short(ttl, renew_every, kill_grace, shortest),
+            }));
         }
 
         // Redis I/O must never be what delays the stop path: every request is bounded well
@@ -455,6 +471,23 @@ fn too_short(
     )
 }
 
+/// Why a given Redis timeout does not fit in the renewal slack, and the shortest TTL that
+/// would make room for it.
+fn timeout_too_long(flag: &str, timeout: Duration, slack: Duration, shortest: Option<Duration>) -> String {
+    let fix = match shortest {
+        Some(d) => format!(
+            "shorten it, or lengthen --ttl: the shortest that works with the other flags as given is {}",
+            humantime::format_duration(d)
+        ),
+        None => "shorten it".to_owned(),
+    };
+    format!(
+        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − kill-grace ({}): {fix}",
+        humantime::format_duration(timeout),
+        humantime::format_duration(micros(slack)),
+    )
+}
+
 /// A duration for messages: whole microseconds are precise enough.
 fn micros(d: Duration) -> Duration {
     Duration::from_micros(d.as_micros().try_into().unwrap_or(u64::MAX))
@@ -464,8 +497,27 @@ fn usage(msg: impl Into<String>) -> Error {
     Error::Usage(msg.into())
 }
 
-fn non_empty_env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+/// A variable's value, if set and not empty. A value that is not UTF-8 is an error, never a
+/// reason to fall back to the next source (another Redis) without a word.
+fn non_empty_env(name: &str) -> Result<Option<String>, Error> {
+    match std::env::var(name) {
+        Ok(v) => Ok(Some(v).filter(|v| !v.is_empty())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::Config(format!("{name} is not valid UTF-8: fix or unset it")))
+        }
+    }
+}
+
+/// A positive duration that Redis can keep as a key's lifetime: at least a millisecond.
+fn whole_millis(flag: &str, value: &str) -> Result<Duration, Error> {
+    let d = duration(flag, value)?;
+    if d < Duration::from_millis(1) {
+        return Err(usage(format!(
+            "{flag} must be at least 1ms (Redis keeps key lifetimes in milliseconds)"
+        )));
+    }
+    Ok(d)
 }
 
 /// A Redis timeout: positive, and short enough to leave time for a retry before the command

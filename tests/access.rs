@@ -96,7 +96,13 @@ fn a_missing_command_permission_is_77() {
 
 #[test]
 fn malformed_urls_never_show_the_password_and_name_their_source() {
-    let forms = ["redis:/u:S3cret@h:6379", "u:S3cret@h:6379", "redis//u:S3cret@h:1", "redis:u:S3cret@h"];
+    let forms = [
+        "redis:/u:S3cret@h:6379",
+        "u:S3cret@h:6379",
+        "redis//u:S3cret@h:1",
+        "redis:u:S3cret@h",
+        "redis://u:S3cret",
+    ];
     let subcommands: [&[&str]; 3] =
         [&["-vv", "-k", "k", "--", "true"], &["status", "-k", "k"], &["release", "-k", "k", "--force"]];
     for url in forms {
@@ -149,4 +155,26 @@ fn sentinel_and_cluster_targets_never_show_the_password() {
     assert_eq!(r.code, 78, "the second seed is malformed: {}", r.stderr);
     assert!(!r.stderr.contains("S3cret"), "{}", r.stderr);
     assert!(r.stderr.contains("redis:/u:***@h"), "{}", r.stderr);
+}
+
+/// A URL in the environment that is not UTF-8 is an error naming the variable — never a silent
+/// fall back to the next source (another Redis, or the default one).
+#[test]
+fn a_url_that_is_not_utf8_is_an_error_not_a_fall_back() {
+    use std::os::unix::ffi::OsStrExt;
+    let redis = RedisServer::start();
+    let bad = std::ffi::OsStr::from_bytes(b"redis://u:S3c\xffret@127.0.0.1:1");
+    for name in ["REDLOCK_REDIS_URL", "REDIS_URL", "REDLOCK_PASSWORD"] {
+        let before = redis.client_requests();
+        let mut cmd = wrapper();
+        cmd.env(name, bad);
+        if name != "REDIS_URL" {
+            // A good URL behind it, which must not be used instead.
+            cmd.env("REDIS_URL", redis.url());
+        }
+        let r = run(cmd.args(["-k", "lock:utf8", "--", "true"]), LIMIT);
+        assert_eq!(r.code, 78, "{name}: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("{name} is not valid UTF-8")), "{name}: {}", r.stderr);
+        assert!(!redis.exists(b"lock:utf8") && redis.client_requests() == before, "{name}: Redis was used");
+    }
 }

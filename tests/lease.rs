@@ -475,3 +475,56 @@ fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plu
     // The kill-grace part is real: the TERM-ignoring command survived at least that long.
     assert!(overlap > 500, "{overlap} ms");
 }
+
+/// A given Redis timeout must fit in the renewal slack too: the shortest TTL named then makes
+/// room for it, and works.
+#[test]
+fn the_shortest_ttl_named_makes_room_for_a_given_timeout() {
+    let redis = RedisServer::start();
+    let r = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:short-timeout",
+            "--ttl",
+            "1ms",
+            "--connect-timeout",
+            "1s",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    let named = r.stderr.split("as given is ").nth(1).expect("names the shortest --ttl");
+    let shortest = named.split(';').next().unwrap().trim().to_owned();
+    let r = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:short-timeout",
+            "--ttl",
+            &shortest,
+            "--connect-timeout",
+            "1s",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, 0, "--ttl {shortest}: {}", r.stderr);
+    let r = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:short-timeout",
+            "--ttl",
+            "5s",
+            "--connect-timeout",
+            "5s",
+            "--",
+            "true",
+        ]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("--connect-timeout (5s) must be shorter"), "{}", r.stderr);
+    assert!(r.stderr.contains("the shortest that works"), "{}", r.stderr);
+}

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use support::sentinel::Sentinel;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -408,6 +409,7 @@ fn configuration_mistakes_exit_78_and_never_fail_open() {
         (http.url().replace("redis://", "redis://:s3cret@"), &[], "does not speak the Redis protocol"),
         (redis.url(), &["--cluster"], "cluster support disabled"),
         (format!("{}/99", redis.url()), &[], "DB index is out of range"),
+        (format!("{}/2147483648", redis.url()), &[], "refused database 2147483648"),
     ];
     for (url, extra, says) in cases {
         let (r, ran) = fail_open_run(url, "lock:mistake", extra);
@@ -416,5 +418,43 @@ fn configuration_mistakes_exit_78_and_never_fail_open() {
         assert!(r.stderr.contains(says), "{url} {extra:?} says {says:?}: {}", r.stderr);
         assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
         assert!(!r.stderr.contains("s3cret"), "{}", r.stderr);
+    }
+}
+
+/// A Sentinel given as the Redis URL does not run scripts: a configuration mistake, said in
+/// one line that never quotes the request (the lock's value is among its arguments).
+#[test]
+fn a_sentinel_given_as_the_redis_url_is_a_configuration_mistake() {
+    let redis = RedisServer::start();
+    let sentinel = Sentinel::start(redis.port);
+    let url = format!("redis://{}", sentinel.addr());
+    let (r, ran) = fail_open_run(&url, "lock:at-sentinel", &[]);
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(!ran, "the command ran");
+    assert!(r.stderr.contains("does not know the command EVALSHA"), "{}", r.stderr);
+    assert!(!r.stderr.contains("args beginning"), "the request is not quoted: {}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
+}
+
+/// Redis keeps key lifetimes in whole milliseconds: a shorter success record could never be
+/// kept, so it is refused up front.
+#[test]
+fn an_idempotency_ttl_under_a_millisecond_is_a_usage_error() {
+    for ttl in ["1ns", "999us"] {
+        let r = run(
+            wrapper().args([
+                "-k",
+                "lock:ittl",
+                "--idempotency-key",
+                "d",
+                "--idempotency-ttl",
+                ttl,
+                "--",
+                "true",
+            ]),
+            LIMIT,
+        );
+        assert_eq!(r.code, 64, "{ttl}: {}", r.stderr);
+        assert!(r.stderr.contains("--idempotency-ttl must be at least 1ms"), "{}", r.stderr);
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::sentinel::{SentinelSet, Watch};
+use support::sentinel::{Sentinel, SentinelSet, Watch};
 use support::*;
 
 /// Writes a wall-clock timestamp (ns) to $1 every 50 ms, $2 times.
@@ -157,6 +157,36 @@ fn a_plain_redis_given_as_a_sentinel_is_a_configuration_mistake() {
         assert_eq!(r.code, 78, "--fail-open {fail_open}: {}", r.stderr);
         assert!(r.stderr.contains("is not a Sentinel"), "says what is wrong: {}", r.stderr);
         assert!(!r.stderr.contains("cannot reach"), "Redis answered: {}", r.stderr);
+        assert!(!marker.exists(), "the command never runs");
+    }
+}
+
+/// Other Sentinel mistakes that are never an outage: a `--sentinel` that does not speak the
+/// Redis protocol at all, and a master name a Sentinel does not know while another Sentinel is
+/// down. Both exit 78, even with `--fail-open`.
+#[test]
+fn a_non_redis_sentinel_or_an_unknown_master_never_fails_open() {
+    let redis = RedisServer::start();
+    let sentinel = Sentinel::start(redis.port);
+    let http = NotRedis::start(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    let nothing = format!("127.0.0.1:{}", free_port());
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let cases = [
+        (vec![format!("127.0.0.1:{}", http.port)], "mymaster", "does not speak the Redis protocol"),
+        (vec![sentinel.addr(), nothing.clone()], "nosuch", "does not know a master named"),
+        (vec![nothing, sentinel.addr()], "nosuch", "does not know a master named"),
+    ];
+    for (sentinels, master, says) in cases {
+        let mut cmd = wrapper();
+        for s in &sentinels {
+            cmd.args(["--sentinel", s]);
+        }
+        cmd.args(["--sentinel-master", master, "--fail-open", "-k", "lock:x", "--", "touch"]).arg(&marker);
+        let r = run(&mut cmd, Duration::from_secs(30));
+        assert_eq!(r.code, 78, "{sentinels:?}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{sentinels:?}: {}", r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
         assert!(!marker.exists(), "the command never runs");
     }
 }

@@ -461,7 +461,7 @@ impl Conn {
         demoted: Option<&(String, u16)>,
     ) -> Result<(String, u16), Fault> {
         let mut last = String::from("no Sentinel answered");
-        let (mut answered, mut unknown) = (0, 0);
+        let mut unknown = None;
         for sentinel in sentinels {
             let asked = async {
                 let client = Client::open(format!("redis://{sentinel}"))?;
@@ -483,9 +483,10 @@ impl Conn {
                 }
                 Ok(Ok(Some(addr))) => return Ok(addr),
                 Ok(Ok(None)) => {
-                    (answered, unknown) = (answered + 1, unknown + 1);
-                    last =
-                        format!("Sentinel {} does not know a master named {master:?}", redact_url(sentinel));
+                    unknown = Some(format!(
+                        "Sentinel {} does not know a master named {master:?}: check --sentinel-master",
+                        redact_url(sentinel)
+                    ));
                 }
                 Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("unknown command")) => {
                     return Err(Fault::Config(format!(
@@ -495,13 +496,21 @@ impl Conn {
                         redact_url(sentinel)
                     )));
                 }
+                Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => {
+                    return Err(Fault::Config(format!(
+                        "--sentinel {} does not speak the Redis protocol: give the Sentinels' addresses \
+                         (port 26379 by default)",
+                        redact_url(sentinel)
+                    )));
+                }
                 Ok(Err(e)) => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
                 Err(_) => last = format!("Sentinel {} did not answer", redact_url(sentinel)),
             }
         }
-        if answered > 0 && answered == unknown && answered == sentinels.len() {
-            // Every Sentinel answered, and none knows the name: a configuration mistake.
-            return Err(Fault::Config(last));
+        if let Some(unknown) = unknown {
+            // A Sentinel answered, and none named the master: a configuration mistake, whatever
+            // the others did (an unreachable one would not know the name either).
+            return Err(Fault::Config(unknown));
         }
         Err(Fault::Unavailable(last))
     }
@@ -577,6 +586,27 @@ impl Conn {
                  setting bounds it, 16 by default): fix the database number in the Redis URL"
             )));
         }
+        if text.contains("refused to switch database") {
+            let db = self.info.redis_settings().db();
+            if text.contains("NOAUTH") || text.contains("Authentication required") {
+                return Some(Fault::Denied(format!(
+                    "{target}: selecting database {db} needs a password the URL does not give"
+                )));
+            }
+            return Some(Fault::Config(format!(
+                "{target}: the server refused database {db} (it answered: {}): fix the database number \
+                 in the Redis URL",
+                first_line(text)
+            )));
+        }
+        if let Some(command) = unknown_command(text) {
+            // Never the rest of the reply: it quotes the request's arguments, the lock's value
+            // among them.
+            return Some(Fault::Config(format!(
+                "{target}: the server does not know the command {command} (is it a Sentinel? give \
+                 Sentinels with --sentinel and --sentinel-master)"
+            )));
+        }
         if text.contains("cluster support disabled") {
             return Some(Fault::Config(format!(
                 "{target}: not a Cluster node (cluster support disabled): drop --cluster, or give the \
@@ -608,6 +638,17 @@ impl Conn {
             answer.escape_ascii()
         )))
     }
+}
+
+/// The first line of a message (redis-rs's parse errors run over several).
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+/// `EVALSHA` in "… unknown command 'EVALSHA', with args beginning with: …".
+fn unknown_command(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once("unknown command '")?;
+    Some(rest.split_once('\'').map_or(rest, |(command, _)| command))
 }
 
 fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {
@@ -699,7 +740,21 @@ pub fn redact_url(url: &str) -> String {
             }
             _ => format!("***{}", &rest[at..]),
         },
-        None => rest.to_owned(),
+        // No `@`: `user:password` alone (`redis://bob:pw`) would read as host and port. A "port"
+        // that is not a number may be a password.
+        None => {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..end].rsplit_once(':') {
+                Some((host, port))
+                    if !rest.starts_with('[')
+                        && !port.is_empty()
+                        && !port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    format!("{host}:***{}", &rest[end..])
+                }
+                _ => rest.to_owned(),
+            }
+        }
     };
     let rest = match rest.split_once('?') {
         Some((path, query)) => {
@@ -771,6 +826,8 @@ mod tests {
             ("foo://u:S3cret@h", "foo://u:***@h"),
             ("redis@:S3cret@h", "redis@:***@h"),
             ("h:6379?password=S3cret", "h:6379?password=***"),
+            ("redis://bob:S3cret", "redis://bob:***"),
+            ("redis://bob:S3cret/0", "redis://bob:***/0"),
             ("redis:h?db=1&PASS=S3cret", "redis:h?db=1&PASS=***"),
             (" redis://u:S3cret@h", " redis:***@h"),
         ] {
@@ -778,7 +835,15 @@ mod tests {
             assert!(!redact_url(url).contains("S3c"), "{url}");
         }
         // Nothing that looks like credentials: unchanged.
-        for url in ["h:6379", "redis:/h:6379", "redis//h:1", "127.0.0.1", "unix:/run/redis.sock", ""] {
+        for url in [
+            "h:6379",
+            "redis:/h:6379",
+            "redis//h:1",
+            "127.0.0.1",
+            "unix:/run/redis.sock",
+            "",
+            "redis://[::1]:6379/2",
+        ] {
             assert_eq!(redact_url(url), url);
         }
     }
