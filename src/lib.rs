@@ -42,7 +42,8 @@ pub fn main() -> ExitCode {
             return report(e);
         }
     };
-    let _log = logging::init(invocation.output());
+    let output = invocation.output();
+    let _log = logging::init(output);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return report(exit::Error::Internal(e.into())),
@@ -56,6 +57,10 @@ pub fn main() -> ExitCode {
     });
     match result {
         Ok(code) => ExitCode::from(code),
+        // With -q a busy lock is an expected outcome, like a skipped run: cron mails nothing.
+        Err(e @ exit::Error::Busy { .. }) if output.verbosity == config::Verbosity::Quiet => {
+            ExitCode::from(e.code())
+        }
         Err(e) => report(e),
     }
 }

@@ -50,6 +50,43 @@ fn every_recipe_runs_as_written() {
     }
 }
 
+/// The cron recipe's promise: on every host that loses (the lock is busy, or the day's run
+/// already succeeded), `-q --busy-exit-code 0` exits 0 and prints nothing, so cron mails nothing.
+#[test]
+fn the_cron_recipes_losers_print_nothing() {
+    let redis = RedisServer::start();
+    let lines: Vec<String> =
+        recipe_lines().into_iter().filter(|l| l.contains("-q --busy-exit-code 0")).collect();
+    assert!(lines.len() >= 3, "found the cron recipes: {lines:#?}");
+    let run_line = |line: &str| {
+        let (options, _job) = line.split_once(" -- ").expect("a command after --");
+        let dir = tmp();
+        let script = format!("{} -- true", options.replacen("redlock-run", "\"$BIN\"", 1));
+        run(
+            Command::new("sh")
+                .args(["-c", &script])
+                .env("BIN", BIN)
+                .env("REDLOCK_REDIS_URL", redis.url())
+                .current_dir(dir.path()),
+            Duration::from_secs(30),
+        )
+    };
+    for line in &lines {
+        let key = line.split("--key ").nth(1).and_then(|k| k.split(' ').next()).expect("a --key").to_owned();
+        let r = if line.contains("--idempotency-key") {
+            // The day's run succeeded on another host: this one skips it.
+            assert_eq!(run_line(line).code, 0);
+            run_line(line)
+        } else {
+            // Another host holds the lock.
+            redis.cmd::<()>(&[b"SET", key.as_bytes(), b"other-host", b"PX", b"60000"]);
+            run_line(line)
+        };
+        assert_eq!(r.code, 0, "{line}: {}", r.stderr);
+        assert_eq!(r.stderr, "", "{line}: the losing host printed something");
+    }
+}
+
 /// Long flags as clap prints them in `--help`.
 fn help_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
