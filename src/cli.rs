@@ -92,7 +92,7 @@ pub struct Cli {
     pub wait: String,
 
     /// If Redis is unreachable at start, run the command anyway, without a lock (loud warning)
-    #[arg(long, env = "REDLOCK_FAIL_OPEN", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Waiting")]
+    #[arg(long, env = "REDLOCK_FAIL_OPEN", value_parser = switch("REDLOCK_FAIL_OPEN"), help_heading = "Waiting")]
     pub fail_open: bool,
 
     /// Renewal period while the command runs [default: ttl/3]
@@ -113,7 +113,7 @@ pub struct Cli {
 
     /// Start the command with no_new_privs set, so that sudo and setuid programs cannot make it
     /// another user's process, which the wrapper could no longer stop
-    #[arg(long, env = "REDLOCK_NO_NEW_PRIVS", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Command supervision")]
+    #[arg(long, env = "REDLOCK_NO_NEW_PRIVS", value_parser = switch("REDLOCK_NO_NEW_PRIVS"), help_heading = "Command supervision")]
     pub no_new_privs: bool,
 
     #[command(flatten)]
@@ -211,7 +211,7 @@ pub struct RedisArgs {
     pub tls_key_file: Option<PathBuf>,
 
     /// Do not verify the server's certificate or host name (a warning says so on every run)
-    #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = switch("REDLOCK_TLS_INSECURE"), help_heading = "Redis connection")]
     pub tls_insecure: bool,
 
     /// Find the master through this Sentinel (HOST:PORT; repeat, or comma-separate in the
@@ -237,7 +237,7 @@ pub struct RedisArgs {
     pub sentinel_master: Option<String>,
 
     /// Talk to a Redis Cluster; the --redis-url values are its seed nodes
-    #[arg(long, env = "REDLOCK_CLUSTER", value_parser = clap::builder::FalseyValueParser::new(), conflicts_with = "sentinel", help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_CLUSTER", value_parser = switch("REDLOCK_CLUSTER"), conflicts_with = "sentinel", help_heading = "Redis connection")]
     pub cluster: bool,
 
     /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
@@ -257,7 +257,7 @@ pub struct OutputArgs {
     pub verbose: u8,
 
     /// Only errors on stderr (-v wins over it)
-    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = clap::builder::FalseyValueParser::new(), help_heading = "Output")]
+    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = switch("REDLOCK_QUIET"), help_heading = "Output")]
     pub quiet: bool,
 
     /// Format of the diagnostics on stderr
@@ -272,4 +272,15 @@ pub enum LogFormatArg {
     Text,
     /// One JSON object per line, for log collectors (Kubernetes)
     Json,
+}
+
+/// The parser of an on/off switch set through the environment variable `var`: only the words
+/// the README lists, in any case, so that a typo never turns a switch on (or off) silently.
+/// Empty is off. (On the command line a switch takes no value.)
+fn switch(var: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone + Send + Sync + 'static {
+    move |value| match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{var} must be one of 1, true, yes, on (on) or 0, false, no, off, empty (off)")),
+    }
 }

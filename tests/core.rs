@@ -373,3 +373,41 @@ fn closed_stdio_is_dev_null_for_the_command_and_the_run_still_works() {
     assert!(fds[2].starts_with("pipe:"), "stderr is the test's pipe: {seen}");
     assert!(!redis.exists(b"lock:closed"), "released");
 }
+
+/// Switches set through the environment take only the words the README lists (any case;
+/// empty is off): anything else is a usage error naming the variable, never a silent on.
+#[test]
+fn switches_take_only_the_words_the_readme_lists() {
+    let vars = [
+        "REDLOCK_FAIL_OPEN",
+        "REDLOCK_TLS_INSECURE",
+        "REDLOCK_CLUSTER",
+        "REDLOCK_QUIET",
+        "REDLOCK_NO_NEW_PRIVS",
+    ];
+    for var in vars {
+        for value in ["maybe", "disabled", "none", "2", "enabled"] {
+            let r = run(wrapper().env(var, value).args(["-k", "lock:switch", "--", "true"]), LIMIT);
+            assert_eq!(r.code, 64, "{var}={value}: {}", r.stderr);
+            assert!(r.stderr.contains(var), "{var}={value} names the variable: {}", r.stderr);
+        }
+    }
+    // Nothing listens on this port: the switch decides whether the command runs anyway.
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    for (value, fails_open) in
+        [("YES", true), ("On", true), ("1", true), ("off", false), ("0", false), ("", false)]
+    {
+        let r = run(
+            wrapper().env("REDLOCK_FAIL_OPEN", value).args([
+                "--redis-url",
+                &url,
+                "-k",
+                "lock:switch",
+                "--",
+                "true",
+            ]),
+            LIMIT,
+        );
+        assert_eq!(r.code, if fails_open { 0 } else { 69 }, "REDLOCK_FAIL_OPEN={value:?}: {}", r.stderr);
+    }
+}
