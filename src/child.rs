@@ -14,6 +14,17 @@ use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 use crate::exit::{Error, signal_status, status};
 use crate::sys;
 
+/// The variables the command receives. None of them configures a wrapper (see
+/// `config::wrapper_variables`), so a nested `redlock-run` never takes the outer lock's key.
+pub mod vars {
+    pub const KEY: &str = "REDLOCK_LOCK_KEY";
+    pub const TOKEN: &str = "REDLOCK_TOKEN";
+    pub const FENCE: &str = "REDLOCK_FENCE";
+    pub const TTL_MS: &str = "REDLOCK_TTL_MS";
+    #[cfg(test)]
+    pub const ALL: [&str; 4] = [KEY, TOKEN, FENCE, TTL_MS];
+}
+
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
     pub key: OsString,
@@ -56,21 +67,21 @@ pub enum Event {
 
 impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
-    /// wrapper's own `REDLOCK_*` configuration, plus the lock's variables.
+    /// variables that configure a wrapper, plus the lock's variables.
     pub fn spawn(argv: &[OsString], env: &LockEnv) -> Result<Child, Error> {
         // Registered before the fork, so the command's exit cannot be missed.
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
         let (program, args) = argv.split_first().expect("clap requires a command");
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_")) {
-                cmd.env_remove(name);
-            }
+        for name in crate::config::wrapper_variables() {
+            cmd.env_remove(name);
         }
-        cmd.env("REDLOCK_KEY", &env.key).env("REDLOCK_TTL_MS", env.ttl_ms.to_string());
+        cmd.env(vars::KEY, &env.key).env(vars::TTL_MS, env.ttl_ms.to_string());
+        // An outer wrapper's lock is not this command's.
+        cmd.env_remove(vars::TOKEN).env_remove(vars::FENCE);
         if let (Some(token), Some(fence)) = (&env.token, &env.fence) {
-            cmd.env("REDLOCK_TOKEN", token).env("REDLOCK_FENCE", fence);
+            cmd.env(vars::TOKEN, token).env(vars::FENCE, fence);
         }
 
         let foreground = sys::foreground_terminal();
@@ -266,5 +277,14 @@ mod tests {
         assert_eq!(member_state(stat, 778), None);
         assert_eq!(member_state(b"17 (sleep) T 16 17 17 0", 17), Some(b'T'));
         assert_eq!(member_state(b"garbage", 17), None);
+    }
+
+    #[test]
+    fn the_commands_variables_never_configure_a_wrapper() {
+        let configuring = crate::config::wrapper_variables();
+        assert!(configuring.iter().any(|v| v == "REDLOCK_KEY"), "{configuring:?}");
+        for name in super::vars::ALL {
+            assert!(!configuring.iter().any(|v| v == name), "{name} configures a wrapper");
+        }
     }
 }

@@ -26,7 +26,7 @@ Examples:
 ///
 /// The lock is taken with `SET key value NX PX ttl`, renewed while the command runs, and
 /// released (compare-and-delete) when it ends. The command is run directly (no shell), in its
-/// own process group, with REDLOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL_MS in its
+/// own process group, with REDLOCK_LOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL_MS in its
 /// environment.
 #[derive(Debug, Parser)]
 #[command(

@@ -179,7 +179,26 @@ impl Invocation {
     }
 }
 
-/// The longest lock key: the command gets it in its environment (`REDLOCK_KEY=…`), and Linux
+/// Every environment variable that configures a wrapper: what the command must not inherit, so
+/// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
+/// Other `REDLOCK_*` variables are the user's and are passed on.
+pub fn wrapper_variables() -> Vec<String> {
+    use clap::CommandFactory;
+    fn collect(cmd: &clap::Command, names: &mut Vec<String>) {
+        names.extend(cmd.get_arguments().filter_map(|a| a.get_env()?.to_str().map(str::to_owned)));
+        for sub in cmd.get_subcommands() {
+            collect(sub, names);
+        }
+    }
+    // Read by hand rather than by clap (see `redis_config`).
+    let mut names = vec!["REDLOCK_REDIS_URL".to_owned(), "REDLOCK_PASSWORD".to_owned()];
+    collect(&crate::cli::Cli::command(), &mut names);
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The longest lock key: the command gets it in its environment (`REDLOCK_LOCK_KEY=…`), and Linux
 /// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
 
@@ -190,7 +209,7 @@ fn key(raw: &OsString) -> Result<Vec<u8>, Error> {
     if raw.len() > MAX_KEY_LEN {
         return Err(usage(format!(
             "--key is {} bytes long; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the command's \
-             environment can hold it as REDLOCK_KEY",
+             environment can hold it as REDLOCK_LOCK_KEY",
             raw.len()
         )));
     }

@@ -256,6 +256,7 @@ fn the_command_sees_the_lock_and_not_the_wrappers_configuration() {
             .env("REDLOCK_KEY", "lock:env")
             .env("REDLOCK_TTL", "10s")
             .env("KEEP_ME", "yes")
+            .env("REDLOCK_RETRY_COUNT", "3")
             .args(["--", "env"]),
         LIMIT,
     );
@@ -265,8 +266,12 @@ fn the_command_sees_the_lock_and_not_the_wrappers_configuration() {
     let names: Vec<&str> = vars.iter().map(|l| l.split('=').next().unwrap()).collect();
     let mut sorted = names.clone();
     sorted.sort();
-    assert_eq!(sorted, ["REDLOCK_FENCE", "REDLOCK_KEY", "REDLOCK_TOKEN", "REDLOCK_TTL_MS"], "{env}");
-    assert!(vars.contains(&"REDLOCK_KEY=lock:env"));
+    assert_eq!(
+        sorted,
+        ["REDLOCK_FENCE", "REDLOCK_LOCK_KEY", "REDLOCK_RETRY_COUNT", "REDLOCK_TOKEN", "REDLOCK_TTL_MS"],
+        "the user's own REDLOCK_RETRY_COUNT is passed on, the wrapper's configuration is not: {env}"
+    );
+    assert!(vars.contains(&"REDLOCK_LOCK_KEY=lock:env"));
     assert!(vars.contains(&"REDLOCK_TTL_MS=10000"), "the wrapper's REDLOCK_TTL was used: {env}");
     assert!(!env.contains(&redis.url()), "the Redis URL is not passed on: {env}");
     assert!(env.lines().any(|l| l == "KEEP_ME=yes"));
@@ -282,7 +287,7 @@ fn the_key_is_used_verbatim_as_bytes() {
         redlock(&redis)
             .arg("--key")
             .arg(key)
-            .args(["--", "sh", "-c", "redis-cli -p \"$PORT\" --no-raw exists \"$REDLOCK_KEY\""])
+            .args(["--", "sh", "-c", "redis-cli -p \"$PORT\" --no-raw exists \"$REDLOCK_LOCK_KEY\""])
             .env("PORT", redis.port.to_string()),
         LIMIT,
     );
@@ -336,7 +341,7 @@ fn keys_longer_than_64_kib_are_refused_before_touching_redis() {
 
     // At the limit the command runs, with the whole key in its environment.
     let key = "k".repeat(64 * 1024);
-    let r = run(redlock(&redis).args(["--key", &key, "--", "sh", "-c", "echo ${#REDLOCK_KEY}"]), LIMIT);
+    let r = run(redlock(&redis).args(["--key", &key, "--", "sh", "-c", "echo ${#REDLOCK_LOCK_KEY}"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "65536");
     assert!(!redis.exists(key.as_bytes()), "released");
@@ -410,4 +415,27 @@ fn switches_take_only_the_words_the_readme_lists() {
         );
         assert_eq!(r.code, if fails_open { 0 } else { 69 }, "REDLOCK_FAIL_OPEN={value:?}: {}", r.stderr);
     }
+}
+
+/// A `redlock-run` inside the command never inherits the outer lock: without `--key` it is a
+/// usage error, with `--key` it takes its own lock where it is told to.
+#[test]
+fn a_nested_wrapper_never_inherits_the_outer_lock() {
+    let redis = RedisServer::start();
+    let inner = format!("\"$BIN\" --redis-url {} -- true; echo \"no-key=$?\"", redis.url());
+    let r = run(redlock(&redis).env("BIN", BIN).args(["-k", "lock:outer", "--", "sh", "-c", &inner]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(String::from_utf8_lossy(&r.stdout).contains("no-key=64"), "{}", r.stderr);
+    assert!(r.stderr.contains("--key"), "says what is missing: {}", r.stderr);
+    let inner = format!(
+        "\"$BIN\" --redis-url {} -k lock:inner -- sh -c 'echo \"$REDLOCK_LOCK_KEY $REDLOCK_FENCE\"'; echo \"$REDLOCK_FENCE\"",
+        redis.url()
+    );
+    let r = run(redlock(&redis).env("BIN", BIN).args(["-k", "lock:outer", "--", "sh", "-c", &inner]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = String::from_utf8_lossy(&r.stdout).into_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    let (inner_line, outer_fence) = (lines[0], lines[1]);
+    assert!(inner_line.starts_with("lock:inner "), "the inner command sees its own key: {out}");
+    assert_ne!(inner_line.split(' ').nth(1), Some(outer_fence), "and its own fence: {out}");
 }

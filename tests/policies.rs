@@ -129,7 +129,7 @@ fn redis_down_at_start_fails_closed_or_open() {
     let open = run(
         std::process::Command::new(BIN)
             .args(["-k", "lock:down", "--redis-url", &url, "--fail-open", "--", "sh", "-c"])
-            .arg("touch \"$1\"; echo \"fence=${REDLOCK_FENCE-absent} key=$REDLOCK_KEY\"; exit 3")
+            .arg("touch \"$1\"; echo \"fence=${REDLOCK_FENCE-absent} key=$REDLOCK_LOCK_KEY\"; exit 3")
             .arg("sh")
             .arg(&marker),
         LIMIT,
