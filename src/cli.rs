@@ -214,12 +214,13 @@ pub struct RedisArgs {
     #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = switch("REDLOCK_TLS_INSECURE"), help_heading = "Redis connection")]
     pub tls_insecure: bool,
 
-    /// Find the master through this Sentinel (HOST:PORT; repeat, or comma-separate in the
-    /// environment); the URL then only gives the scheme, credentials and database
+    /// Find the master through this Sentinel (HOST[:PORT], port 26379 by default; repeat, or
+    /// comma-separate in the environment); the URL then only gives the scheme, credentials and
+    /// database
     #[arg(
         long,
         env = "REDLOCK_SENTINEL",
-        value_name = "HOST:PORT",
+        value_name = "HOST[:PORT]",
         value_delimiter = ',',
         requires = "sentinel_master",
         help_heading = "Redis connection"

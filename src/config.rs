@@ -250,12 +250,24 @@ fn redis_config(
         }
     }
     if urls.is_empty() {
-        urls.push("redis://127.0.0.1:6379".to_owned());
+        urls.push(DEFAULT_URL.to_owned());
+        url_source = DEFAULT_SOURCE;
+    }
+    for (i, url) in urls.iter().enumerate() {
+        let same = |other: &String| other.trim_end_matches('/') == url.trim_end_matches('/');
+        if urls[..i].iter().any(same) {
+            return Err(usage(format!(
+                "--redis-url {} is given more than once: a Redlock quorum needs independent servers, \
+                 each given once",
+                crate::lock::redact_url(url)
+            )));
+        }
     }
     let topology = if args.cluster {
         Topology::Cluster { seeds: urls.clone() }
     } else if let Some(master) = &args.sentinel_master {
-        Topology::Sentinel { sentinels: args.sentinel.clone(), master: master.clone() }
+        let sentinels = args.sentinel.iter().map(|s| with_sentinel_port(s)).collect();
+        Topology::Sentinel { sentinels, master: master.clone() }
     } else if urls.len() > 1 {
         Topology::Quorum { urls: urls.clone() }
     } else {
@@ -300,6 +312,20 @@ fn redis_config(
         connect_timeout: timeout("--connect-timeout", &args.connect_timeout, connect_default)?,
         command_timeout: timeout("--command-timeout", &args.command_timeout, command_default)?,
     })
+}
+
+/// Where the Redis URL comes from when nothing names one.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+pub const DEFAULT_SOURCE: &str = "the default";
+
+/// A Sentinel address as HOST[:PORT]: Sentinel's own port, 26379, when none is given.
+fn with_sentinel_port(addr: &str) -> String {
+    let host = addr.rsplit_once('@').map_or(addr, |(_, host)| host);
+    let has_port = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').is_some_and(|(_, rest)| rest.starts_with(':')),
+        None => host.contains(':'),
+    };
+    if has_port { addr.to_owned() } else { format!("{addr}:26379") }
 }
 
 /// The first line of a password file, without its line ending.
@@ -583,3 +609,18 @@ fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
 
 /// No duration is longer: keeps every deadline computed from one far from clock overflow.
 const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use super::with_sentinel_port;
+
+    #[test]
+    fn a_sentinel_without_a_port_is_on_26379() {
+        assert_eq!(with_sentinel_port("localhost"), "localhost:26379");
+        assert_eq!(with_sentinel_port("10.0.0.5:5000"), "10.0.0.5:5000");
+        assert_eq!(with_sentinel_port("[::1]"), "[::1]:26379");
+        assert_eq!(with_sentinel_port("[::1]:5000"), "[::1]:5000");
+        assert_eq!(with_sentinel_port("u:pw@host"), "u:pw@host:26379");
+        assert_eq!(with_sentinel_port("u:pw@host:1"), "u:pw@host:1");
+    }
+}

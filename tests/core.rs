@@ -439,3 +439,38 @@ fn a_nested_wrapper_never_inherits_the_outer_lock() {
     assert!(inner_line.starts_with("lock:inner "), "the inner command sees its own key: {out}");
     assert_ne!(inner_line.split(' ').nth(1), Some(outer_fence), "and its own fence: {out}");
 }
+
+/// The same server twice is no Redlock quorum (it would be a quorum of one): a usage error.
+#[test]
+fn the_same_redis_url_twice_is_a_usage_error() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    for urls in [vec![url.clone(), url.clone()], vec![url.clone(), format!("{url}/"), url.clone()]] {
+        let mut cmd = wrapper();
+        for u in &urls {
+            cmd.args(["--redis-url", u]);
+        }
+        let r = run(cmd.args(["-k", "lock:twice", "--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{urls:?}: {}", r.stderr);
+        assert!(r.stderr.contains("is given more than once"), "{}", r.stderr);
+        assert!(!redis.exists(b"lock:twice"));
+    }
+}
+
+/// When nothing names a Redis, the error says which URL was used and that it is the default.
+#[test]
+fn an_unreachable_default_redis_says_it_is_the_default() {
+    // The default, 127.0.0.1:6379, may have a Redis of its own on this machine; this test
+    // never touches one: it only runs when nothing listens there.
+    if std::net::TcpStream::connect(("127.0.0.1", 6379)).is_ok() {
+        eprintln!("skipped: something listens on 127.0.0.1:6379");
+        return;
+    }
+    let r = run(wrapper().args(["-k", "lock:default", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("redis://127.0.0.1:6379 (the default; set --redis-url or REDLOCK_REDIS_URL)"),
+        "{}",
+        r.stderr
+    );
+}

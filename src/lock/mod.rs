@@ -18,7 +18,7 @@ use redis::Value;
 
 use crate::config::Idempotency;
 
-pub use conn::{Conn, Fault};
+pub use conn::{Conn, Fault, redact_url};
 pub use keys::Keys;
 pub use lease::Lease;
 pub use values::{Holder, Success, rfc3339_ms};
