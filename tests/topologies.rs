@@ -651,3 +651,51 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// While the nodes disagree about who owns a slot (a resharding in progress), every node
+/// redirects to another: the redirect that the Cluster client gives up on is transient and
+/// retried within --wait, never a failure. A Cluster node used without --cluster is a
+/// configuration mistake.
+#[test]
+fn cluster_redirects_while_slots_move_are_retried_and_a_node_without_cluster_is_a_mistake() {
+    let cluster = Cluster::start();
+    let key = b"lock:moving";
+    let owner = cluster.node_for(key);
+    let other = cluster.nodes.iter().find(|n| n.port != owner.port).unwrap();
+    let slot: i64 = owner.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
+    let slot = slot.to_string();
+    let other_id: String = other.cmd(&[b"CLUSTER", b"MYID"]);
+
+    // Not a Cluster connection: the node that does not own the key's slot answers MOVED.
+    let r = run(wrapper().args(["--redis-url", &other.url(), "-k", "lock:moving", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(r.stderr.contains("add --cluster"), "{}", r.stderr);
+
+    // The owner hands the slot over, but the new owner does not know yet: they redirect to
+    // each other.
+    owner.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", other_id.as_bytes()]);
+    let mut waiter = wrapper();
+    waiter.args([
+        "--cluster",
+        "--redis-url",
+        &owner.url(),
+        "-k",
+        "lock:moving",
+        "--wait",
+        "10s",
+        "--",
+        "true",
+    ]);
+    let waiter = waiter.stderr(Stdio::piped()).spawn().expect("spawn");
+    std::thread::sleep(Duration::from_millis(1500));
+    for node in &cluster.nodes {
+        node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", other_id.as_bytes()]);
+    }
+    let out = wait_output(waiter, LIMIT);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "acquired once the slot settled: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -567,6 +567,16 @@ impl Conn {
 
     fn failed(&mut self, err: &RedisError) -> Fault {
         let fault = match Fault::from_redis(err) {
+            // A redirect the Cluster client did not follow through: the slots are moving (the
+            // client retries only briefly), so it is transient — unless this is no Cluster
+            // connection at all.
+            Fault::Failed(text) if matches!(err.code(), Some("MOVED" | "ASK")) => match self.topology {
+                Topology::Cluster { .. } => Fault::Transient(text),
+                _ => Fault::Config(format!(
+                    "{}: the server is a Redis Cluster node (it answered {text}): add --cluster",
+                    self.target
+                )),
+            },
             Fault::Failed(text) => self.misconfigured(&text).unwrap_or(Fault::Failed(text)),
             fault => fault,
         };
