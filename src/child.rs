@@ -15,7 +15,7 @@ use crate::exit::{Error, signal_status, status};
 use crate::sys;
 
 /// The variables the command receives. None of them configures a wrapper (see
-/// `config::wrapper_variables`), so a nested `redlock-run` never takes the outer lock's key.
+/// `config::WRAPPER_VARIABLES`), so a nested `redlock-run` never takes the outer lock's key.
 pub mod vars {
     pub const KEY: &str = "REDLOCK_LOCK_KEY";
     pub const TOKEN: &str = "REDLOCK_TOKEN";
@@ -74,7 +74,7 @@ impl Child {
         let (program, args) = argv.split_first().expect("clap requires a command");
         let mut cmd = Command::new(program);
         cmd.args(args).stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        for name in crate::config::wrapper_variables() {
+        for name in crate::config::WRAPPER_VARIABLES {
             cmd.env_remove(name);
         }
         cmd.env(vars::KEY, &env.key).env(vars::TTL_MS, env.ttl_ms.to_string());
@@ -281,10 +281,10 @@ mod tests {
 
     #[test]
     fn the_commands_variables_never_configure_a_wrapper() {
-        let configuring = crate::config::wrapper_variables();
-        assert!(configuring.iter().any(|v| v == "REDLOCK_KEY"), "{configuring:?}");
+        let configuring = crate::config::WRAPPER_VARIABLES;
+        assert!(configuring.contains(&"REDLOCK_KEY"), "{configuring:?}");
         for name in super::vars::ALL {
-            assert!(!configuring.iter().any(|v| v == name), "{name} configures a wrapper");
+            assert!(!configuring.contains(&name), "{name} configures a wrapper");
         }
     }
 }

@@ -181,22 +181,39 @@ impl Invocation {
 
 /// Every environment variable that configures a wrapper: what the command must not inherit, so
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
-/// Other `REDLOCK_*` variables are the user's and are passed on.
-pub fn wrapper_variables() -> Vec<String> {
-    use clap::CommandFactory;
-    fn collect(cmd: &clap::Command, names: &mut Vec<String>) {
-        names.extend(cmd.get_arguments().filter_map(|a| a.get_env()?.to_str().map(str::to_owned)));
-        for sub in cmd.get_subcommands() {
-            collect(sub, names);
-        }
-    }
+/// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
+/// to the CLI's own (start-up does not build the clap command a second time for it).
+pub const WRAPPER_VARIABLES: [&str; 28] = [
+    "REDLOCK_BUSY_EXIT_CODE",
+    "REDLOCK_CLUSTER",
+    "REDLOCK_COMMAND_TIMEOUT",
+    "REDLOCK_CONNECT_TIMEOUT",
+    "REDLOCK_FAIL_OPEN",
+    "REDLOCK_IDEMPOTENCY_KEY",
+    "REDLOCK_IDEMPOTENCY_TTL",
+    "REDLOCK_KEY",
+    "REDLOCK_KILL_GRACE",
+    "REDLOCK_LOG_FORMAT",
+    "REDLOCK_MAX_RUNTIME",
+    "REDLOCK_METRICS_FILE",
+    "REDLOCK_MIN_HOLD",
+    "REDLOCK_NO_NEW_PRIVS",
+    "REDLOCK_ON_LOST",
     // Read by hand rather than by clap (see `redis_config`).
-    let mut names = vec!["REDLOCK_REDIS_URL".to_owned(), "REDLOCK_PASSWORD".to_owned()];
-    collect(&crate::cli::Cli::command(), &mut names);
-    names.sort();
-    names.dedup();
-    names
-}
+    "REDLOCK_PASSWORD",
+    "REDLOCK_PASSWORD_FILE",
+    "REDLOCK_QUIET",
+    "REDLOCK_REDIS_URL",
+    "REDLOCK_RENEW_EVERY",
+    "REDLOCK_SENTINEL",
+    "REDLOCK_SENTINEL_MASTER",
+    "REDLOCK_TLS_CA_FILE",
+    "REDLOCK_TLS_CERT_FILE",
+    "REDLOCK_TLS_INSECURE",
+    "REDLOCK_TLS_KEY_FILE",
+    "REDLOCK_TTL",
+    "REDLOCK_WAIT",
+];
 
 /// The longest lock key: the command gets it in its environment (`REDLOCK_LOCK_KEY=…`), and Linux
 /// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
@@ -612,7 +629,23 @@ const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {
-    use super::with_sentinel_port;
+    use super::{WRAPPER_VARIABLES, with_sentinel_port};
+
+    #[test]
+    fn the_wrapper_variables_are_the_clis_own() {
+        use clap::CommandFactory;
+        fn collect(cmd: &clap::Command, names: &mut Vec<String>) {
+            names.extend(cmd.get_arguments().filter_map(|a| a.get_env()?.to_str().map(str::to_owned)));
+            for sub in cmd.get_subcommands() {
+                collect(sub, names);
+            }
+        }
+        let mut names = vec!["REDLOCK_REDIS_URL".to_owned(), "REDLOCK_PASSWORD".to_owned()];
+        collect(&crate::cli::Cli::command(), &mut names);
+        names.sort();
+        names.dedup();
+        assert_eq!(names, WRAPPER_VARIABLES);
+    }
 
     #[test]
     fn a_sentinel_without_a_port_is_on_26379() {
