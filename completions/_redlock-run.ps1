@@ -101,6 +101,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request [default: from the lease, at most 2s]')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
             [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Required: deleting someone else''s lock can let two runs overlap')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print one JSON object instead of text')
             [CompletionResult]::new('--tls-insecure', '--tls-insecure', [CompletionResultType]::ParameterName, 'Do not verify the server''s certificate or host name (a warning says so on every run)')
             [CompletionResult]::new('--cluster', '--cluster', [CompletionResultType]::ParameterName, 'Talk to a Redis Cluster; the --redis-url values are its seed nodes')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (-v: info, -vv: debug)')

@@ -211,7 +211,7 @@ _redlock__run() {
             return 0
             ;;
         redlock__subcmd__run__subcmd__release)
-            opts="-k -v -q -h --key --force --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --verbose --quiet --log-format --help"
+            opts="-k -v -q -h --key --force --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --verbose --quiet --log-format --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -96,6 +96,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --command-timeout 'Bound on each Redis request [default: from the lease, at most 2s]'
             cand --log-format 'Format of the diagnostics on stderr'
             cand --force 'Required: deleting someone else''s lock can let two runs overlap'
+            cand --json 'Print one JSON object instead of text'
             cand --tls-insecure 'Do not verify the server''s certificate or host name (a warning says so on every run)'
             cand --cluster 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
             cand -v 'More diagnostics on stderr (-v: info, -vv: debug)'

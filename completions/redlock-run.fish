@@ -90,6 +90,7 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l comm
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l log-format -d 'Format of the diagnostics on stderr' -r -f -a "text\t'`redlock-run: level: message field=value …`'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l force -d 'Required: deleting someone else\'s lock can let two runs overlap'
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l json -d 'Print one JSON object instead of text'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l tls-insecure -d 'Do not verify the server\'s certificate or host name (a warning says so on every run)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l cluster -d 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'

@@ -178,6 +178,10 @@ pub struct ReleaseArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub json: bool,
+
     #[command(flatten)]
     pub redis: RedisArgs,
 

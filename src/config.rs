@@ -139,7 +139,7 @@ impl Tls {
 pub enum Invocation {
     Run(Config),
     Status { key: Vec<u8>, json: bool, redis: RedisConfig, output: Output },
-    Release { key: Vec<u8>, redis: RedisConfig, output: Output },
+    Release { key: Vec<u8>, json: bool, redis: RedisConfig, output: Output },
 }
 
 /// The bounds the operator subcommands use when none are given.
@@ -164,6 +164,7 @@ impl Invocation {
                 }
                 Ok(Invocation::Release {
                     key: key(&a.key)?,
+                    json: a.json,
                     redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                     output: output(&a.output),
                 })

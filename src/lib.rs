@@ -52,7 +52,9 @@ pub fn main() -> ExitCode {
         match invocation {
             config::Invocation::Run(config) => run::run(config).await,
             config::Invocation::Status { key, json, redis, .. } => operator::status(&key, json, &redis).await,
-            config::Invocation::Release { key, redis, .. } => operator::release(&key, &redis).await,
+            config::Invocation::Release { key, json, redis, .. } => {
+                operator::release(&key, json, &redis).await
+            }
         }
     });
     match result {

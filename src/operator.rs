@@ -11,6 +11,10 @@ use crate::lock::{Conn, Fault, Holder, Keys, Success, rfc3339_ms, show_key};
 /// Exit status of `status` when the lock is free (0 when held).
 const FREE: u8 = 1;
 
+/// The version of the JSON that `status --json` and `release --force --json` print; it changes
+/// only when a field changes meaning or goes away.
+const JSON_VERSION: u32 = 1;
+
 pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let nodes = redis.nodes();
@@ -74,6 +78,7 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
                 })
                 .collect();
             let all = serde_json::json!({
+                "version": JSON_VERSION,
                 "key": String::from_utf8_lossy(key),
                 "held": state,
                 "held_on": held_on,
@@ -142,13 +147,15 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
             })
             .collect();
         let out = serde_json::json!({
+            "version": JSON_VERSION,
             "key": String::from_utf8_lossy(key),
             "held": held,
             "type": snap.kind,
             "holder": holder_json,
             "foreign_value": held && holder.is_none(),
             "ttl_ms": snap.ttl.flatten().map(|d| d.as_millis() as u64),
-            "expires": !matches!(snap.ttl, Some(None)),
+            // Whether the key expires by itself: meaningless for a free lock.
+            "expires": held.then_some(!matches!(snap.ttl, Some(None))),
             "fence": snap.fence,
             "idempotency_records": records_json,
             "more_idempotency_records": snap.more_records,
@@ -198,7 +205,7 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
     (text, serde_json::Value::Null, held)
 }
 
-pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
+pub async fn release(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let name = show_key(key);
     let mut released = Vec::new();
@@ -219,16 +226,41 @@ pub async fn release(key: &[u8], redis: &RedisConfig) -> Result<u8, Error> {
     for e in &failed {
         tracing::error!("{e}");
     }
-    let Some(value) = released.first() else {
-        print_out(&format!("lock {name} was not held; nothing to release\n"))?;
+    let holder = released.first().map(|value| Holder::parse(value));
+    if json {
+        let holder_json = holder.as_ref().and_then(|h| h.as_ref()).map(|h| {
+            serde_json::json!({
+                "host": h.host,
+                "pid": h.pid,
+                "since": rfc3339_ms(h.since_ms),
+                "since_unix_ms": h.since_ms,
+                "token_prefix": h.token_prefix(),
+            })
+        });
+        let out = serde_json::json!({
+            "version": JSON_VERSION,
+            "key": String::from_utf8_lossy(key),
+            "released": holder.is_some(),
+            "holder": holder_json,
+            "foreign_value": matches!(holder, Some(None)),
+            "nodes_failed": failed.len(),
+        });
+        print_out(&format!("{out}\n"))?;
+    }
+    let Some(holder) = holder else {
+        if !json {
+            print_out(&format!("lock {name} was not held; nothing to release\n"))?;
+        }
         return Ok(FREE);
     };
-    let whose = match Holder::parse(value) {
+    let whose = match holder {
         Some(h) => format!("held by {}", h.describe()),
         None => "held by a value not written by redlock-run".to_owned(),
     };
     tracing::warn!(key = %key.escape_ascii(), "released by force");
-    print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
+    if !json {
+        print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
+    }
     Ok(0)
 }
 

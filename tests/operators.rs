@@ -197,6 +197,11 @@ fn status_shows_the_holder_and_exits_by_state() {
     let free = status(false);
     assert_eq!(free.code, 1, "free: {}", free.stderr);
     assert!(String::from_utf8_lossy(&free.stdout).contains("free"));
+    let free: Value = serde_json::from_slice(&status(true).stdout).expect("status --json is JSON");
+    assert_eq!(
+        (&free["version"], &free["held"], &free["expires"]),
+        (&Value::from(1), &Value::from(false), &Value::Null)
+    );
 
     assert_eq!(
         run(
@@ -219,7 +224,9 @@ fn status_shows_the_holder_and_exits_by_state() {
     let json = status(true);
     assert_eq!(json.code, 0);
     let v: Value = serde_json::from_slice(&json.stdout).expect("status --json is JSON");
+    assert_eq!(v["version"], 1);
     assert_eq!(v["held"], true);
+    assert_eq!(v["expires"], true);
     assert_eq!(v["holder"]["pid"], holder.id());
     assert!(v["ttl_ms"].as_u64().unwrap() > 20_000);
     assert!(v["fence"].as_i64().is_some());
@@ -325,4 +332,41 @@ fn status_and_release_into_a_closed_pipe_exit_quietly_by_state() {
     assert_eq!(released.code, 0, "released: {}", released.stderr);
     assert!(!released.stderr.contains("internal error"), "{}", released.stderr);
     assert!(!redis.exists(b"lock:pipe"));
+}
+
+/// `release --force --json`: one JSON object saying whether a lock was released and whose.
+#[test]
+fn release_force_json_says_whose_lock_it_was() {
+    let redis = RedisServer::start();
+    let release = || {
+        run(
+            std::process::Command::new(BIN).args([
+                "release",
+                "--redis-url",
+                &redis.url(),
+                "--key",
+                "lock:rel-json",
+                "--force",
+                "--json",
+            ]),
+            LIMIT,
+        )
+    };
+    let mut holder =
+        redlock(&redis).args(["-k", "lock:rel-json", "--", "sleep", "5"]).spawn().expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:rel-json")));
+    let r = release();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: Value = serde_json::from_slice(&r.stdout).expect("release --json is JSON");
+    assert_eq!(v["version"], 1);
+    assert_eq!(v["released"], true);
+    assert_eq!(v["holder"]["pid"], holder.id());
+    assert_eq!(v["foreign_value"], false);
+    assert!(!redis.exists(b"lock:rel-json"));
+    let r = release();
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    let v: Value = serde_json::from_slice(&r.stdout).expect("release --json is JSON");
+    assert_eq!((&v["released"], &v["holder"]), (&Value::from(false), &Value::Null));
 }
