@@ -306,10 +306,10 @@ fn redis_config(
             .transpose()
     };
     let tls = Tls {
-        ca: read("--tls-ca-file", &args.tls_ca_file)?,
+        ca: pem("--tls-ca-file", &args.tls_ca_file, Pem::Certificates, read)?,
         client: match (
-            read("--tls-cert-file", &args.tls_cert_file)?,
-            read("--tls-key-file", &args.tls_key_file)?,
+            pem("--tls-cert-file", &args.tls_cert_file, Pem::Certificates, read)?,
+            pem("--tls-key-file", &args.tls_key_file, Pem::PrivateKey, read)?,
         ) {
             (Some(cert), Some(key)) => Some((cert, key)),
             _ => None,
@@ -344,6 +344,46 @@ fn with_sentinel_port(addr: &str) -> String {
         None => host.contains(':'),
     };
     if has_port { addr.to_owned() } else { format!("{addr}:26379") }
+}
+
+/// What a TLS file must hold.
+#[derive(Clone, Copy)]
+enum Pem {
+    /// One certificate at least (a CA bundle, or a client certificate chain).
+    Certificates,
+    PrivateKey,
+}
+
+/// Reads a TLS file with `read` and checks that it holds what `flag` needs, so that a wrong
+/// file is named with its flag now rather than failing the handshake later under another name.
+fn pem(
+    flag: &str,
+    path: &Option<PathBuf>,
+    what: Pem,
+    read: impl Fn(&str, &Option<PathBuf>) -> Result<Option<Vec<u8>>, Error>,
+) -> Result<Option<Vec<u8>>, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let Some(bytes) = read(flag, path)? else { return Ok(None) };
+    let shown = path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    let problem = match what {
+        Pem::Certificates => {
+            let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&bytes).collect();
+            match certs {
+                Ok(certs) if certs.is_empty() => Some("holds no PEM certificate".to_owned()),
+                Ok(_) => None,
+                Err(e) => Some(format!("is not valid PEM ({e})")),
+            }
+        }
+        Pem::PrivateKey => match PrivateKeyDer::from_pem_slice(&bytes) {
+            Ok(_) => None,
+            Err(e) => Some(format!("holds no usable PEM private key ({e})")),
+        },
+    };
+    match problem {
+        Some(problem) => Err(Error::Config(format!("{flag} {shown} {problem}"))),
+        None => Ok(Some(bytes)),
+    }
 }
 
 /// The first line of a password file, without its line ending.

@@ -178,3 +178,34 @@ fn a_url_that_is_not_utf8_is_an_error_not_a_fall_back() {
         assert!(!redis.exists(b"lock:utf8") && redis.client_requests() == before, "{name}: Redis was used");
     }
 }
+
+/// A TLS file that does not hold what its flag needs is named with its flag at once (78),
+/// instead of failing the handshake later as "unknown issuer" or blamed on the URL.
+#[test]
+fn tls_files_that_hold_the_wrong_thing_are_named_with_their_flag() {
+    let dir = tmp();
+    let (empty, cert, text) = (file(&dir, "empty.pem"), file(&dir, "cert.pem"), file(&dir, "notes.txt"));
+    std::fs::write(&empty, "").unwrap();
+    std::fs::write(&text, "this is not a certificate\n").unwrap();
+    std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+    let url = format!("rediss://127.0.0.1:{}", free_port());
+    let cases: [(&[&str], &std::path::Path, &str); 4] = [
+        (&["--tls-ca-file"], &empty, "holds no PEM certificate"),
+        (&["--tls-ca-file"], &text, "holds no PEM certificate"),
+        (
+            &["--tls-cert-file", cert.to_str().unwrap(), "--tls-key-file"],
+            &cert,
+            "holds no usable PEM private key",
+        ),
+        (&["--tls-key-file", cert.to_str().unwrap(), "--tls-cert-file"], &text, "holds no PEM certificate"),
+    ];
+    for (flags, bad, says) in cases {
+        let r = run(
+            wrapper().args(["--redis-url", &url]).args(flags).arg(bad).args(["-k", "k", "--", "true"]),
+            LIMIT,
+        );
+        let flag = flags.last().unwrap();
+        assert_eq!(r.code, 78, "{flags:?}: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("{flag} {} {says}", bad.display())), "{flags:?}: {}", r.stderr);
+    }
+}
