@@ -474,3 +474,21 @@ fn an_unreachable_default_redis_says_it_is_the_default() {
         r.stderr
     );
 }
+
+/// clap's errors speak in the tool's style, and never suggest `-- -x` (after `--` comes the
+/// command, so that would run a command named `-x`).
+#[test]
+fn usage_errors_have_the_tools_style_and_useful_tips() {
+    for (args, tip) in [
+        (&["--ttl", "-5s"][..], "durations and numbers cannot be negative"),
+        (&["-n"][..], "-n and -E are flock(1) flags"),
+        (&["-E", "3"][..], "-n and -E are flock(1) flags"),
+        (&["--bogus"][..], "write --option=VALUE"),
+    ] {
+        let r = run(wrapper().args(args).args(["-k", "k", "--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.starts_with("redlock-run: error: "), "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(tip), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.contains("use '--"), "{args:?}: no `-- -x` tip: {}", r.stderr);
+    }
+}
