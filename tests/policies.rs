@@ -143,7 +143,7 @@ fn redis_down_at_start_fails_closed_or_open() {
 #[test]
 fn a_redis_that_comes_up_within_the_wait_is_used() {
     let port = free_port();
-    let wrapper = std::process::Command::new(BIN)
+    let wrapper = default_signals(&mut std::process::Command::new(BIN))
         .args([
             "-k",
             "lock:late",

@@ -50,6 +50,7 @@ impl Stage {
     /// The wrapper, as `nobody`, running `argv` after becoming root through setuid setpriv.
     fn wrapper_escalating(&self, redis: &RedisServer, args: &[&str], argv: &[&str]) -> Command {
         let mut cmd = Command::new(self.path("redlock-run"));
+        default_signals(&mut cmd);
         cmd.env_clear()
             .env("PATH", "/usr/bin:/bin")
             .arg("--redis-url")
@@ -194,6 +195,7 @@ fn leftovers_the_wrapper_cannot_stop_end_the_run_with_125() {
         format!("{setpriv} --reuid 0 --regid 0 --clear-groups sh -c 'exec sleep 34.5 >/dev/null 2>&1'");
     for (script, marker, signal) in [(root_job, "33.5", None), (root_child, "34.5", Some(Signal::SIGTERM))] {
         let mut cmd = Command::new(stage.path("redlock-run"));
+        default_signals(&mut cmd);
         cmd.env_clear()
             .env("PATH", "/usr/bin:/bin")
             .args([

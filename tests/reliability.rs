@@ -277,6 +277,7 @@ fn reap_within(mut child: Child, shared: &Shared, limit: Duration) -> Result<i32
 /// The wrapper with a clean environment, pointed at `url`.
 fn wrapper(url: &str) -> Command {
     let mut cmd = Command::new(BIN);
+    default_signals(&mut cmd);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
             cmd.env_remove(name);

@@ -232,6 +232,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
         grep -l '^[0-9]* ([^)]*) Z' /proc/[0-9]*/stat 2>/dev/null | wc -l > \"$ZOMBIES\"; \
         trap 'exit 9' TERM; while :; do sleep 0.01; done";
     let mut unshare = Command::new("unshare");
+    default_signals(&mut unshare);
     unshare
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
         .arg(BIN)

@@ -312,9 +312,29 @@ pub fn redlock(server: &RedisServer) -> Command {
     cmd
 }
 
+/// Starts `cmd` with the signals the wrapper handles at their default disposition, whatever
+/// the test runner inherited (`nohup` ignores SIGHUP; a shell's `&` ignores SIGINT and
+/// SIGQUIT): the wrapper keeps an inherited ignore (README), and the tests must not depend on
+/// how they were started.
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in
+                [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGUSR1, libc::SIGUSR2]
+            {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// The wrapper with a clean environment and no Redis chosen yet.
 pub fn wrapper() -> Command {
     let mut cmd = Command::new(BIN);
+    default_signals(&mut cmd);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
             cmd.env_remove(name);
