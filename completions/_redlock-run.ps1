@@ -60,7 +60,6 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free')
             [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Operator override: delete a stuck lock whatever its value, and wake waiters')
-            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'redlock-run;status' {
@@ -110,21 +109,6 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Only errors on stderr (-v wins over it)')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
-            break
-        }
-        'redlock-run;help' {
-            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free')
-            [CompletionResult]::new('release', 'release', [CompletionResultType]::ParameterValue, 'Operator override: delete a stuck lock whatever its value, and wake waiters')
-            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
-            break
-        }
-        'redlock-run;help;status' {
-            break
-        }
-        'redlock-run;help;release' {
-            break
-        }
-        'redlock-run;help;help' {
             break
         }
     })

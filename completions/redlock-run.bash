@@ -16,23 +16,11 @@ _redlock__run() {
             ",$1")
                 cmd="redlock__run"
                 ;;
-            redlock__run,help)
-                cmd="redlock__run__subcmd__help"
-                ;;
             redlock__run,release)
                 cmd="redlock__run__subcmd__release"
                 ;;
             redlock__run,status)
                 cmd="redlock__run__subcmd__status"
-                ;;
-            redlock__run__subcmd__help,help)
-                cmd="redlock__run__subcmd__help__subcmd__help"
-                ;;
-            redlock__run__subcmd__help,release)
-                cmd="redlock__run__subcmd__help__subcmd__release"
-                ;;
-            redlock__run__subcmd__help,status)
-                cmd="redlock__run__subcmd__help__subcmd__status"
                 ;;
             *)
                 ;;
@@ -41,7 +29,7 @@ _redlock__run() {
 
     case "${cmd}" in
         redlock__run)
-            opts="-k -t -w -v -q -h -V --key --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --metrics-file --verbose --quiet --log-format --help --version status release help"
+            opts="-k -t -w -v -q -h -V --key --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --metrics-file --verbose --quiet --log-format --help --version status release"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -147,62 +135,6 @@ _redlock__run() {
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__help)
-            opts="status release help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__help__subcmd__help)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__help__subcmd__release)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__help__subcmd__status)
-            opts=""
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

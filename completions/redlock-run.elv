@@ -57,7 +57,6 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --version 'Print version'
             cand status 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
             cand release 'Operator override: delete a stuck lock whatever its value, and wake waiters'
-            cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'redlock-run;status'= {
             cand -k 'Lock key, used verbatim'
@@ -105,17 +104,6 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --quiet 'Only errors on stderr (-v wins over it)'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
-        }
-        &'redlock-run;help'= {
-            cand status 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
-            cand release 'Operator override: delete a stuck lock whatever its value, and wake waiters'
-            cand help 'Print this message or the help of the given subcommand(s)'
-        }
-        &'redlock-run;help;status'= {
-        }
-        &'redlock-run;help;release'= {
-        }
-        &'redlock-run;help;help'= {
         }
     ]
     $completions[$command]

@@ -58,7 +58,6 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -s h -l help -d 'P
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -s V -l version -d 'Print version'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "status" -d 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "release" -d 'Operator override: delete a stuck lock whatever its value, and wake waiters'
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -s k -l key -d 'Lock key, used verbatim' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l redis-url -d 'Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster [env: REDLOCK_REDIS_URL, then REDIS_URL]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l password-file -d 'Read the Redis password from this file (first line), so it never sits in argv [the password can also come from the URL or REDLOCK_PASSWORD]' -r -F
@@ -96,6 +95,3 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l clus
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -s q -l quiet -d 'Only errors on stderr (-v wins over it)'
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "status" -d 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "release" -d 'Operator override: delete a stuck lock whatever its value, and wake waiters'
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

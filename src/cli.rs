@@ -36,6 +36,7 @@ Examples:
     after_help = AFTER_HELP,
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
+    disable_help_subcommand = true,
     subcommand_negates_reqs = true
 )]
 pub struct Cli {

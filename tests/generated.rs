@@ -43,7 +43,8 @@ fn completions_and_man_page_match_the_cli() {
     }
     let mut man = Vec::new();
     clap_mangen::Man::new(Cli::command()).render(&mut man).unwrap();
-    stale.extend(check("man/redlock-run.1", &man));
+    let man = finish_main_page(&String::from_utf8(man).unwrap());
+    stale.extend(check("man/redlock-run.1", man.as_bytes()));
     // One page per subcommand, as git does (redlock-run-status(1), …).
     let command = Cli::command();
     for sub in command.get_subcommands() {
@@ -51,11 +52,129 @@ fn completions_and_man_page_match_the_cli() {
         let name: &'static str = Box::leak(format!("redlock-run-{}", sub.get_name()).into_boxed_str());
         let mut page = Vec::new();
         clap_mangen::Man::new(sub.clone().name(name)).render(&mut page).unwrap();
-        stale.extend(check(&format!("man/{name}.1"), &page));
+        let page = no_url_hyphens(&String::from_utf8(page).unwrap());
+        stale.extend(check(&format!("man/{name}.1"), page.as_bytes()));
     }
     assert!(
         stale.is_empty(),
         "{}\nregenerate with: UPDATE_GENERATED=1 cargo test --test generated",
         stale.join("\n")
     );
+}
+
+const README: &str = include_str!("../README.md");
+
+/// Text for roff: dashes and backslashes escaped, no line read as a request.
+fn roff(text: &str) -> String {
+    let text = text.replace('\\', "\\e").replace('-', "\\-");
+    if text.starts_with(['.', '\'']) { format!("\\&{text}") } else { text }
+}
+
+/// URLs are never hyphenated at a line break (`\%` before them).
+fn no_url_hyphens(page: &str) -> String {
+    let mut out = page.to_owned();
+    for scheme in ["rediss://", "redis://", "unix://"] {
+        out = out
+            .replace(scheme, &format!("\\%{scheme}"))
+            .replace(&format!("\\%\\%{scheme}"), &format!("\\%{scheme}"));
+    }
+    out
+}
+
+/// The exit-status table of README § Exit status: (status, meaning) rows.
+fn exit_statuses() -> Vec<(String, String)> {
+    let start = README.find("### Exit status").expect("README has an Exit status section");
+    README[start..]
+        .lines()
+        .skip_while(|l| !l.starts_with("| status"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            (cells[0].replace('`', ""), cells[1..].join("|").replace('`', ""))
+        })
+        .collect()
+}
+
+/// The main page with EXIT STATUS, ENVIRONMENT, EXAMPLES and SEE ALSO sections of its own in
+/// place of clap's EXTRA (the `--help` epilogue).
+fn finish_main_page(page: &str) -> String {
+    let extra = page.find(".SH EXTRA\n").expect("an EXTRA section");
+    let version = page.find(".SH VERSION\n").expect("a VERSION section");
+    let epilogue = &page[extra..version];
+    let mut sections = String::new();
+
+    sections.push_str(".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in exit_statuses() {
+        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(&code), roff(&meaning)));
+    }
+
+    sections.push_str(".SH ENVIRONMENT\n");
+    sections.push_str(&format!(
+        "{}\n",
+        roff("Every option can be set with an environment variable; a flag on the command line wins.")
+    ));
+    let mut options: Vec<(String, String)> = Cli::command()
+        .get_arguments()
+        .filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), format!("--{}", a.get_long()?))))
+        .collect();
+    options.sort();
+    for (var, flag) in options {
+        sections.push_str(&format!(".TP\n\\fB{}\\fR\nas {}\n", roff(&var), roff(&flag)));
+    }
+    for (var, what) in [
+        ("REDLOCK_REDIS_URL", "the Redis URL, when --redis-url is not given"),
+        (
+            "REDIS_URL",
+            "the Redis URL, when neither --redis-url nor REDLOCK_REDIS_URL is given; passed on to the command",
+        ),
+        ("REDLOCK_PASSWORD", "the Redis password, so that it never sits in argv"),
+    ] {
+        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(var), roff(what)));
+    }
+    sections.push_str(&format!(
+        ".PP\n{}\n",
+        roff("The command gets the wrapper's environment without the variables above (REDIS_URL excepted), plus:")
+    ));
+    for (var, what) in [
+        ("REDLOCK_LOCK_KEY", "the lock key"),
+        (
+            "REDLOCK_TOKEN",
+            "the value stored at the key: a 128-bit random token, then host, pid and start time",
+        ),
+        ("REDLOCK_FENCE", "the fencing token of this acquisition; absent without a lock (--fail-open)"),
+        ("REDLOCK_TTL_MS", "the lease length in milliseconds"),
+    ] {
+        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(var), roff(what)));
+    }
+
+    sections.push_str(".SH EXAMPLES\n");
+    let examples = epilogue.split("Examples:").nth(1).expect("the epilogue has examples");
+    for line in examples.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        // Already roff text (clap escaped it).
+        sections.push_str(&format!(".PP\n{line}\n"));
+    }
+
+    sections.push_str(".SH \"SEE ALSO\"\n");
+    sections.push_str(
+        "\\fBredlock\\-run\\-status\\fR(1), \\fBredlock\\-run\\-release\\fR(1), \\fBflock\\fR(1), \\fBtimeout\\fR(1), \\fBredis\\-server\\fR(1)\n",
+    );
+    no_url_hyphens(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
+}
+
+#[test]
+fn the_man_page_has_the_sections_people_look_for() {
+    let mut man = Vec::new();
+    clap_mangen::Man::new(Cli::command()).render(&mut man).unwrap();
+    let page = finish_main_page(&String::from_utf8(man).unwrap());
+    for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+        assert!(page.contains(section), "{section}");
+    }
+    assert!(!page.contains(".SH EXTRA"));
+    assert!(!page.contains("redlock\\-run\\-help"), "no page for a help subcommand that does not exist");
+    for var in ["REDLOCK_TTL", "REDLOCK_REDIS_URL", "REDLOCK_LOCK_KEY", "REDLOCK_FENCE"] {
+        assert!(page.contains(&format!("\\fB{}\\fR", var.replace('-', "\\-"))), "{var}");
+    }
+    assert!(page.contains("\\fB125\\fR"), "the exit statuses");
+    assert!(!page.contains(" redis://"), "URLs are not hyphenated");
 }
