@@ -198,15 +198,15 @@ async fn release(
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
             Ok(Ok(Released::Deleted)) => {
-                return tracing::info!(key, outcome = "released", held_ms, command_status, "released");
+                return tracing::info!(key = %key, outcome = "released", held_ms, command_status, "released");
             }
             Ok(Ok(Released::Kept)) => {
                 let keep_ms = keep.as_millis() as u64;
-                return tracing::info!(key, outcome = "kept", held_ms, keep_ms, command_status, "released");
+                return tracing::info!(key = %key, outcome = "kept", held_ms, keep_ms, command_status, "released");
             }
             Ok(Ok(Released::NotOurs)) => {
                 return tracing::warn!(
-                    key,
+                    key = %key,
                     outcome = "not-owner",
                     held_ms,
                     command_status,
@@ -226,7 +226,7 @@ async fn release(
         }
     }
     tracing::warn!(
-        key,
+        key = %key,
         outcome = "unknown",
         held_ms = acquired.elapsed().as_millis() as u64,
         command_status,

@@ -370,3 +370,16 @@ fn release_force_json_says_whose_lock_it_was() {
     let v: Value = serde_json::from_slice(&r.stdout).expect("release --json is JSON");
     assert_eq!((&v["released"], &v["holder"]), (&Value::from(false), &Value::Null));
 }
+
+/// Text logs show the key the same way on every line: escaped bytes, no quotes.
+#[test]
+fn text_logs_show_the_key_alike_on_every_line() {
+    let redis = RedisServer::start();
+    let r = run(redlock(&redis).args(["-v", "-k", "a\nb \"c\"", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let keys: Vec<&str> = r.stderr.lines().filter_map(|l| l.split(" key=").nth(1)).collect();
+    assert_eq!(keys.len(), 2, "acquired and released: {}", r.stderr);
+    for rest in keys {
+        assert!(rest.starts_with(r#"a\nb \"c\" "#), "{}", r.stderr);
+    }
+}
