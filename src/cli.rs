@@ -22,6 +22,10 @@ Examples:
   redlock-run status --key lock:settlement:daily
   redlock-run release --key lock:settlement:daily --force";
 
+/// `--version`: the crate's version, the commit it was built from (when built from a git
+/// checkout) and the TLS backend.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("REDLOCK_RUN_BUILD"));
+
 /// Run a command while holding a lock in Redis, so that it runs on one machine at a time.
 ///
 /// The lock is taken with `SET key value NX PX ttl`, renewed while the command runs, and
@@ -31,7 +35,7 @@ Examples:
 #[derive(Debug, Parser)]
 #[command(
     name = "redlock-run",
-    version,
+    version = VERSION,
     about = "Run a command under a Redis lock: one machine at a time, across a fleet",
     after_help = AFTER_HELP,
     max_term_width = 100,

@@ -492,3 +492,16 @@ fn usage_errors_have_the_tools_style_and_useful_tips() {
         assert!(!r.stderr.contains("use '--"), "{args:?}: no `-- -x` tip: {}", r.stderr);
     }
 }
+
+/// `--version` names the commit it was built from (in a git checkout) and the TLS backend.
+#[test]
+fn version_names_the_commit_and_the_tls_backend() {
+    let r = run(wrapper().arg("--version"), LIMIT);
+    assert_eq!(r.code, 0);
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.starts_with(&format!("redlock-run {}", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(out.contains("TLS: rustls"), "{out}");
+    if std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.git")).exists() {
+        assert!(out.contains("(commit "), "{out}");
+    }
+}
