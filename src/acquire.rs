@@ -121,8 +121,11 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             _ => return Err(fault.into_error("taking the lock")),
         };
         outage_failures += 1;
-        let delay = full_jitter(Duration::from_millis(50), outage_failures, Duration::from_secs(1));
-        if now + delay >= outage_until {
+        // The last retry comes at the end of the budget, not before it: a long jitter drawn
+        // early must not cut the outage wait short.
+        let delay = full_jitter(Duration::from_millis(50), outage_failures, Duration::from_secs(1))
+            .min(outage_until.saturating_duration_since(now));
+        if now >= outage_until {
             // A request that timed out may still have taken the lock.
             abandon(lock).await;
             let target = lock.target();

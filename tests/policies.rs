@@ -120,7 +120,7 @@ fn redis_down_at_start_fails_closed_or_open() {
     );
     assert_eq!(closed.code, 69, "{}", closed.stderr);
     assert!(
-        closed.elapsed >= Duration::from_millis(300) && closed.elapsed < Duration::from_secs(3),
+        closed.elapsed >= Duration::from_millis(900) && closed.elapsed < Duration::from_secs(3),
         "backed off for {:?}",
         closed.elapsed
     );
@@ -456,5 +456,28 @@ fn an_idempotency_ttl_under_a_millisecond_is_a_usage_error() {
         );
         assert_eq!(r.code, 64, "{ttl}: {}", r.stderr);
         assert!(r.stderr.contains("--idempotency-ttl must be at least 1ms"), "{}", r.stderr);
+    }
+}
+
+/// An unreachable Redis is retried for the whole outage budget (about a second with --wait 0):
+/// a long backoff drawn early never cuts the wait short.
+#[test]
+fn an_outage_is_retried_for_the_whole_budget() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let runs: Vec<_> = (0..6)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                run(wrapper().args(["-k", "lock:budget", "--redis-url", &url, "--", "true"]), LIMIT)
+            })
+        })
+        .collect();
+    for r in runs.into_iter().map(|t| t.join().unwrap()) {
+        assert_eq!(r.code, 69, "{}", r.stderr);
+        assert!(
+            r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3),
+            "gave up after {:?}",
+            r.elapsed
+        );
     }
 }

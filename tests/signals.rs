@@ -520,17 +520,21 @@ fn leftovers_get_sigterm_as_soon_as_the_command_has_exited() {
 fn a_command_continued_behind_the_suspended_wrappers_back_wakes_the_wrapper() {
     let redis = RedisServer::start();
     let dir = tmp();
-    let pidfile = file(&dir, "pid");
+    let (pidfile, log) = (file(&dir, "pid"), file(&dir, "stderr"));
     let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:woken", "--ttl", "2s", "--", "sh", "-c"])
+        .args(["-v", "-k", "lock:woken", "--ttl", "2s", "--", "sh", "-c"])
         .arg("echo $$ > \"$PIDFILE\"; while :; do sleep 0.05; done")
         .env("PIDFILE", &pidfile)
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("spawn");
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
-    assert!(wait_until(Duration::from_secs(3), || process_state(wrapper.id()).as_deref() == Some("T")));
+    assert!(
+        wait_until(Duration::from_secs(10), || process_state(wrapper.id()).as_deref() == Some("T")),
+        "the wrapper suspended itself with its command: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
     // The whole group of the command, as `kill -CONT -PGID` would.
     nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
     assert!(
