@@ -151,9 +151,18 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     nodes[2].thaw();
     assert!(second > first, "monotonic across different majorities: {first} then {second}");
 
-    let holder = quorum(&nodes).args(["-k", "lock:fq", "--", "sleep", "5"]).spawn().expect("spawn");
-    // Decided as soon as a majority granted: the third node may or may not have it.
-    assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:fq") >= 2));
+    // Held once the command runs (an attempt that saw keys on two nodes may still be given
+    // back, when its replies come too late on a busy host); the third node may or may not
+    // have it.
+    let dir = tmp();
+    let started = file(&dir, "started");
+    let holder = quorum(&nodes)
+        .args(["-k", "lock:fq", "--", "sh", "-c", "touch \"$1\"; sleep 5", "sh"])
+        .arg(&started)
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || started.exists()));
+    assert!(held_on(&nodes, b"lock:fq") >= 2);
     let mut status = Command::new(BIN);
     status.args(["status", "--key", "lock:fq", "--json"]);
     for n in &nodes {
