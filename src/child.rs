@@ -134,6 +134,17 @@ impl Child {
         group_state(self.pid.as_raw()).unwrap_or(Group::Running)
     }
 
+    /// Whether the command is held in uninterruptible sleep with a stop pending — as `sh` is
+    /// when Ctrl-Z stopped the child it was vfork()ing, so that no stop is ever reported for the
+    /// command itself.
+    pub fn stop_pending_in_d(&self) -> bool {
+        let dir = format!("/proc/{}", self.pid);
+        let in_d = std::fs::read(format!("{dir}/stat"))
+            .is_ok_and(|stat| member_state(&stat, self.pid.as_raw()).is_some_and(|(state, _)| state == b'D'));
+        // Whether the group is really stopped is then judged member by member.
+        in_d && std::fs::read_to_string(format!("{dir}/status")).is_ok_and(|s| stop_pending(&s, true))
+    }
+
     /// Waits until the command itself has exited (its exit status, 128+N for signal N) or was
     /// stopped by job control on the terminal (Ctrl-Z). Reaps every other child that ended
     /// meanwhile (orphans re-parented to the wrapper).
@@ -226,35 +237,74 @@ impl Drop for Child {
 
 /// The state of process group `pgid` from /proc: `None` when /proc cannot be read.
 fn group_state(pgid: i32) -> Option<Group> {
-    let mut state = Group::Empty;
+    // (pid, state, parent) of every member.
+    let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        if !entry.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
-        }
+        };
         // The process may have gone meanwhile; then it is no member.
         let Ok(stat) = std::fs::read(entry.path().join("stat")) else {
             continue;
         };
-        match member_state(&stat, pgid) {
-            // Not in the group, a zombie, or dead.
-            None | Some(b'Z' | b'X' | b'x') => {}
-            Some(b'T' | b't') => state = Group::Stopped,
-            Some(_) => return Some(Group::Running),
+        if let Some((state, ppid)) = member_state(&stat, pgid) {
+            members.push((pid, state, ppid));
         }
     }
-    Some(state)
+    let mut group = Group::Empty;
+    for &(pid, state, _) in &members {
+        match state {
+            // A zombie, or dead.
+            b'Z' | b'X' | b'x' => {}
+            b'T' | b't' => group = Group::Stopped,
+            // In uninterruptible sleep with a stop pending, it stops before it runs code of its
+            // own: `sh` waiting in vfork() (all signals blocked) for a child that SIGTSTP
+            // stopped before its exec stays in D until that child goes on.
+            b'D' if {
+                let vfork_parent =
+                    members.iter().any(|&(_, s, ppid)| ppid == pid && matches!(s, b'T' | b't'));
+                std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .is_ok_and(|status| stop_pending(&status, vfork_parent))
+            } =>
+            {
+                group = Group::Stopped
+            }
+            _ => return Some(Group::Running),
+        }
+    }
+    Some(group)
 }
 
-/// The state letter of a process whose /proc/PID/stat is `stat`, if it belongs to group `pgid`.
-fn member_state(stat: &[u8], pgid: i32) -> Option<u8> {
+/// Whether the process whose /proc/PID/status is `status` will stop before it runs code of its
+/// own: SIGSTOP pending, or SIGTSTP pending and neither caught nor ignored — nor blocked,
+/// unless `blocked_ok` (a vfork() parent blocks everything until its child goes on).
+fn stop_pending(status: &str, blocked_ok: bool) -> bool {
+    let mask = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let bit = |sig: Signal| 1u64 << (sig as i32 - 1);
+    let pending = mask("SigPnd:") | mask("ShdPnd:");
+    let blocked = if blocked_ok { 0 } else { mask("SigBlk:") };
+    let tstp_acts = (blocked | mask("SigIgn:") | mask("SigCgt:")) & bit(Signal::SIGTSTP) == 0;
+    pending & bit(Signal::SIGSTOP) != 0 || (pending & bit(Signal::SIGTSTP) != 0 && tstp_acts)
+}
+
+/// The state letter and parent of a process whose /proc/PID/stat is `stat`, if it belongs to
+/// group `pgid`.
+fn member_state(stat: &[u8], pgid: i32) -> Option<(u8, i32)> {
     // The fields after the command name (which may hold spaces and parentheses) start after
     // the last ')': state, ppid, pgrp, …
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.bytes().next()?;
-    let pgrp: i32 = fields.nth(1)?.parse().ok()?;
-    (pgrp == pgid).then_some(state)
+    let ppid: i32 = fields.next()?.parse().ok()?;
+    let pgrp: i32 = fields.next()?.parse().ok()?;
+    (pgrp == pgid).then_some((state, ppid))
 }
 
 fn spawn_error(program: &OsString, e: &io::Error) -> Error {
@@ -273,10 +323,30 @@ mod tests {
     fn member_state_reads_the_state_and_group_after_the_command_name() {
         // The command name may hold spaces and parentheses; the fields start after the last ')'.
         let stat = b"4242 (a) (b c)) Z 1 777 777 0 -1 4194560";
-        assert_eq!(member_state(stat, 777), Some(b'Z'));
+        assert_eq!(member_state(stat, 777), Some((b'Z', 1)));
         assert_eq!(member_state(stat, 778), None);
-        assert_eq!(member_state(b"17 (sleep) T 16 17 17 0", 17), Some(b'T'));
+        assert_eq!(member_state(b"17 (sleep) T 16 17 17 0", 17), Some((b'T', 16)));
         assert_eq!(member_state(b"garbage", 17), None);
+    }
+
+    #[test]
+    fn a_stop_pending_is_read_from_the_status_masks() {
+        use super::stop_pending;
+        let status = |pnd: &str, shd: &str, blk: &str, cgt: &str| {
+            format!(
+                "State:\tD (disk sleep)\nSigPnd:\t{pnd}\nShdPnd:\t{shd}\nSigBlk:\t{blk}\nSigIgn:\t0000000000000000\nSigCgt:\t{cgt}\n"
+            )
+        };
+        let none = "0000000000000000";
+        // SIGSTOP is bit 18, SIGTSTP bit 19.
+        assert!(stop_pending(&status(none, "0000000000040000", none, none), false));
+        assert!(stop_pending(&status(none, "0000000000080000", none, none), false));
+        assert!(!stop_pending(&status(none, "0000000000080000", none, "0000000000080000"), false), "caught");
+        let all_blocked = "fffffffffffbfeff";
+        assert!(!stop_pending(&status(none, "0000000000090000", all_blocked, none), false), "blocked");
+        // A vfork() parent blocks everything; it stops as soon as its child goes on.
+        assert!(stop_pending(&status(none, "0000000000090000", all_blocked, none), true));
+        assert!(!stop_pending(&status(none, "0000000000004000", none, none), true), "SIGTERM is no stop");
     }
 
     #[test]

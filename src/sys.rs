@@ -202,8 +202,8 @@ unsafe fn guard(read_fd: i32, write_fd: i32, pid: i32, wrapper: i32, stat_path: 
     }
 }
 
-/// Whether the command (its /proc stat file at `stat_path`, NUL-terminated) is alive and not
-/// stopped. Async-signal-safe: no allocation.
+/// Whether the command (its /proc stat file at `stat_path`, NUL-terminated) is alive, not
+/// stopped and not in uninterruptible sleep. Async-signal-safe: no allocation.
 ///
 /// # Safety
 /// Only plain system calls; callable between fork and `_exit`.
@@ -224,8 +224,10 @@ unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
     let Ok(n) = usize::try_from(n) else { return false };
     let stat = &buf[..n];
     // The state follows the last ')' and a space.
+    // D is not running either: a vfork() parent waits there for its stopped child, and a
+    // process that was really continued soon shows R or S.
     match stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)) {
-        Some(b'T' | b't' | b'Z' | b'X' | b'x') | None => false,
+        Some(b'T' | b't' | b'Z' | b'X' | b'x' | b'D') | None => false,
         Some(_) => true,
     }
 }

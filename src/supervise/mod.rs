@@ -66,6 +66,8 @@ pub async fn supervise(
     let mut machine = Machine::new(rules, lease, Instant::now());
     let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
 
+    let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
+    stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let finish = loop {
         if let Some(events) = events.as_deref_mut() {
             // Reports already queued come first: a stale lease must not trigger a stop.
@@ -98,6 +100,11 @@ pub async fn supervise(
                 }
             },
             sig = shell.signals.recv() => Some(Input::Signal(sig)),
+            // On a terminal, Ctrl-Z may stop the group while the command itself waits in
+            // vfork() and so never reports a stop: looked for now and then.
+            _ = stop_watch.tick(), if shell.child.owns_terminal() => {
+                shell.child.stop_pending_in_d().then_some(Input::Stopped)
+            }
             () = sleep_until(wake) => None,
         };
         if let Some(input) = input {
@@ -116,6 +123,10 @@ pub async fn supervise(
         survivors: finish.survivors,
     }
 }
+
+/// How often a command on a terminal is checked for a stop it cannot report (see
+/// `Child::stop_pending_in_d`).
+const STOP_WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// The real world around the machine: the command's process group and the wrapper itself.
 struct Shell<'c> {
