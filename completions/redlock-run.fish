@@ -41,7 +41,7 @@ complete -c redlock-run -n "__fish_redlock_run_needs_command" -l password-file -
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -r -F
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -r -F
-complete -c redlock-run -n "__fish_redlock_run_needs_command" -l sentinel -d 'Find the master through this Sentinel (HOST[:PORT], port 26379 by default; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
+complete -c redlock-run -n "__fish_redlock_run_needs_command" -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l sentinel-master -d 'Name of the master the Sentinels watch' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l connect-timeout -d 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]' -r
 complete -c redlock-run -n "__fish_redlock_run_needs_command" -l command-timeout -d 'Bound on each Redis request [default: from the lease, at most 2s]' -r
@@ -64,7 +64,7 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l passw
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -r -F
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l sentinel -d 'Find the master through this Sentinel (HOST[:PORT], port 26379 by default; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l sentinel-master -d 'Name of the master the Sentinels watch' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l connect-timeout -d 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand status" -l command-timeout -d 'Bound on each Redis request [default: from the lease, at most 2s]' -r
@@ -82,7 +82,7 @@ complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l pass
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -r -F
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -r -F
-complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l sentinel -d 'Find the master through this Sentinel (HOST[:PORT], port 26379 by default; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
+complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l sentinel-master -d 'Name of the master the Sentinels watch' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l connect-timeout -d 'Bound on establishing a connection to Redis [default: from the lease, at most 5s]' -r
 complete -c redlock-run -n "__fish_redlock_run_using_subcommand release" -l command-timeout -d 'Bound on each Redis request [default: from the lease, at most 2s]' -r

@@ -223,7 +223,7 @@ pub struct RedisArgs {
     #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = switch("REDLOCK_TLS_INSECURE"), help_heading = "Redis connection")]
     pub tls_insecure: bool,
 
-    /// Find the master through this Sentinel (HOST[:PORT], port 26379 by default; repeat, or
+    /// Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or
     /// comma-separate in the environment); the URL then only gives the scheme, credentials and
     /// database
     #[arg(
