@@ -111,6 +111,17 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
     Ok(if held { 0 } else { FREE })
 }
 
+/// A holder as both subcommands' JSON shows it.
+fn holder_json(h: &Holder) -> serde_json::Value {
+    serde_json::json!({
+        "host": h.host,
+        "pid": h.pid,
+        "since": rfc3339_ms(h.since_ms),
+        "since_unix_ms": h.since_ms,
+        "token_prefix": h.token_prefix(),
+    })
+}
+
 fn indent(text: &str) -> String {
     text.lines().map(|l| format!("  {l}\n")).collect()
 }
@@ -126,15 +137,7 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
         .collect();
 
     if json {
-        let holder_json = holder.as_ref().map(|h| {
-            serde_json::json!({
-                "host": h.host,
-                "pid": h.pid,
-                "since": rfc3339_ms(h.since_ms),
-                "since_unix_ms": h.since_ms,
-                "token_prefix": h.token_prefix(),
-            })
-        });
+        let holder_json = holder.as_ref().map(holder_json);
         let records_json: Vec<_> = records
             .iter()
             .map(|(id, s)| {
@@ -228,15 +231,7 @@ pub async fn release(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, 
     }
     let holder = released.first().map(|value| Holder::parse(value));
     if json {
-        let holder_json = holder.as_ref().and_then(|h| h.as_ref()).map(|h| {
-            serde_json::json!({
-                "host": h.host,
-                "pid": h.pid,
-                "since": rfc3339_ms(h.since_ms),
-                "since_unix_ms": h.since_ms,
-                "token_prefix": h.token_prefix(),
-            })
-        });
+        let holder_json = holder.as_ref().and_then(|h| h.as_ref()).map(holder_json);
         let out = serde_json::json!({
             "version": JSON_VERSION,
             "key": String::from_utf8_lossy(key),
