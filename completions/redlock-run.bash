@@ -1,276 +1,145 @@
-_redlock__run() {
-    local i cur prev opts cmd
-    COMPREPLY=()
-    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-        cur="$2"
-    else
-        cur="${COMP_WORDS[COMP_CWORD]}"
-    fi
-    prev="$3"
-    cmd=""
-    opts=""
+# bash completion for redlock-run                                   -*- shell-script -*-
+# Generated from the command-line definition (src/cli.rs) by tests/generated.rs; do not edit.
+# Works on its own; with the bash-completion package, values written --opt=VALUE and the
+# command's own arguments (after `--` or the command name) are completed too.
 
-    for i in "${COMP_WORDS[@]:0:COMP_CWORD}"
-    do
-        case "${cmd},${i}" in
-            ",$1")
-                cmd="redlock__run"
-                ;;
-            redlock__run,release)
-                cmd="redlock__run__subcmd__release"
-                ;;
-            redlock__run,status)
-                cmd="redlock__run__subcmd__status"
-                ;;
-            *)
-                ;;
-        esac
-    done
-
-    case "${cmd}" in
-        redlock__run)
-            opts="-k -t -w -v -q -h -V --key --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --metrics-file --verbose --quiet --log-format --help --version status release"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -k)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -t)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --busy-exit-code)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --min-hold)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --idempotency-key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --idempotency-ttl)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --wait)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -w)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --renew-every)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --kill-grace)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --on-lost)
-                    COMPREPLY=($(compgen -W "terminate ignore" -- "${cur}"))
-                    return 0
-                    ;;
-                --max-runtime)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-cert-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-key-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel-master)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --command-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --metrics-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__release)
-            opts="-k -v -q -h --key --force --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --verbose --quiet --log-format --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -k)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-cert-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-key-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel-master)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --command-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
-        redlock__subcmd__run__subcmd__status)
-            opts="-k -v -q -h --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --verbose --quiet --log-format --help"
-            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
-                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-                return 0
-            fi
-            case "${prev}" in
-                --key)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                -k)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --redis-url)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --password-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-ca-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-cert-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --tls-key-file)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --sentinel-master)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --connect-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --command-timeout)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --log-format)
-                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
-                    return 0
-                    ;;
-                *)
-                    COMPREPLY=()
-                    ;;
-            esac
-            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
-            return 0
-            ;;
+# Whether word $2 is an option of ${1:-the wrapper} that takes the next word as its value.
+_redlock_run_takes_value() {
+    case $1 in
+        '')
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
+            [[ $2 =~ ^-[vqhV]*[ktw]$ ]] ;;
+        'status')
+            case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
+            [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
+        'release')
+            case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
+            [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
+        *) return 1 ;;
     esac
 }
 
-if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERSINFO[0]}" -gt 4 ]]; then
-    complete -F _redlock__run -o nosort -o bashdefault -o default redlock-run
-else
-    complete -F _redlock__run -o bashdefault -o default redlock-run
-fi
+# The options of ${1:-the wrapper}.
+_redlock_run_options() {
+    case $1 in
+        '') REPLY='-k --key -t --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format -h --help -V --version' ;;
+        'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
+        'release') REPLY='-k --key --force --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
+    esac
+}
+
+# Completes the value of option $2 of ${1:-the wrapper}; a free value (a key, a duration, a
+# URL) gets nothing.
+_redlock_run_value() {
+    local opt=$2
+    [[ $opt == -[!-]?* ]] && opt=-${opt: -1}
+    case $1,$opt in
+        '',--on-lost) COMPREPLY=($(compgen -W 'terminate ignore' -- "$cur")) ;;
+        '',--password-file) _redlock_run_files ;;
+        '',--tls-ca-file) _redlock_run_files ;;
+        '',--tls-cert-file) _redlock_run_files ;;
+        '',--tls-key-file) _redlock_run_files ;;
+        '',--metrics-file) _redlock_run_files ;;
+        '',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        'status',--password-file) _redlock_run_files ;;
+        'status',--tls-ca-file) _redlock_run_files ;;
+        'status',--tls-cert-file) _redlock_run_files ;;
+        'status',--tls-key-file) _redlock_run_files ;;
+        'status',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        'release',--password-file) _redlock_run_files ;;
+        'release',--tls-ca-file) _redlock_run_files ;;
+        'release',--tls-cert-file) _redlock_run_files ;;
+        'release',--tls-key-file) _redlock_run_files ;;
+        'release',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        *) COMPREPLY=() ;;
+    esac
+}
+
+_redlock_run_files() {
+    if declare -F _filedir >/dev/null; then
+        _filedir
+    else
+        compopt -o filenames 2>/dev/null
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}
+
+# Completes the command's own words, which start at words[$1]: its name, then whatever the
+# shell's completion for that command offers (bash-completion's _command_offset), or files.
+_redlock_run_command() {
+    if declare -F _command_offset >/dev/null; then
+        # bash-completion joined words that bash split at ':' (URLs); _command_offset counts
+        # bash's words.
+        local j=0 k=0 joined=
+        while (( k < $1 && j < ${#COMP_WORDS[@]} )); do
+            joined+=${COMP_WORDS[j]}
+            (( j++ ))
+            if [[ $joined == "${words[k]}" ]]; then
+                joined=
+                (( k++ ))
+            fi
+        done
+        (( k == $1 )) || j=$(( $1 + ${#COMP_WORDS[@]} - ${#words[@]} ))
+        _command_offset "$j"
+    elif (( $1 == cword )); then
+        compopt -o filenames 2>/dev/null
+        COMPREPLY=($(compgen -c -- "$cur") $(compgen -f -X '!*/*' -- "$cur"))
+    else
+        _redlock_run_files
+    fi
+}
+
+_redlock_run() {
+    local cur prev words cword split=false
+    if declare -F _init_completion >/dev/null; then
+        _init_completion -s -n : || return
+    else
+        # Words split at blanks only, so that URLs stay whole (no quoting rules).
+        read -ra words <<<"${COMP_LINE:0:COMP_POINT}"
+        [[ ${COMP_LINE:0:COMP_POINT} == *[[:blank:]] || ${#words[@]} -eq 0 ]] && words+=("")
+        cword=$(( ${#words[@]} - 1 ))
+        cur=${words[cword]}
+        prev=${words[cword - 1]}
+        if [[ $cur == --?*=* ]]; then
+            prev=${cur%%=*}
+            cur=${cur#*=}
+            split=true
+        fi
+    fi
+
+    local i=1 sub= word
+    while (( i < cword )); do
+        word=${words[i]}
+        if [[ $word == -- ]]; then
+            _redlock_run_command $(( i + 1 ))
+            return
+        elif _redlock_run_takes_value "$sub" "$word"; then
+            if (( i + 1 == cword )); then
+                _redlock_run_value "$sub" "$word"
+                return
+            fi
+            (( i++ ))
+        elif [[ $word == -* ]]; then
+            :
+        elif [[ -z $sub && $i -eq 1 && $word == @(status|release) ]]; then
+            sub=$word
+        elif [[ -z $sub ]]; then
+            _redlock_run_command "$i"
+            return
+        fi
+        (( i++ ))
+    done
+
+    if [[ $split == true ]]; then
+        _redlock_run_value "$sub" "$prev"
+    elif [[ $cur == -* ]]; then
+        _redlock_run_options "$sub"
+        COMPREPLY=($(compgen -W "$REPLY" -- "$cur"))
+    elif [[ -z $sub ]]; then
+        _redlock_run_command "$cword"
+        (( cword == 1 )) && COMPREPLY+=($(compgen -W 'status release' -- "$cur"))
+    fi
+    return 0
+}
+
+complete -F _redlock_run redlock-run

@@ -5,8 +5,11 @@
 
 use std::path::Path;
 
+mod completions;
+
 use clap::CommandFactory;
 use clap_complete::Shell;
+use completions::Model;
 use redlock_run::cli::Cli;
 
 fn check(path: &str, expected: &[u8]) -> Option<String> {
@@ -30,13 +33,19 @@ fn cli_definition_is_consistent() {
 #[test]
 fn completions_and_man_page_match_the_cli() {
     let mut stale = Vec::new();
-    for (shell, file) in [
-        (Shell::Bash, "completions/redlock-run.bash"),
-        (Shell::Zsh, "completions/_redlock-run"),
-        (Shell::Fish, "completions/redlock-run.fish"),
-        (Shell::Elvish, "completions/redlock-run.elv"),
-        (Shell::PowerShell, "completions/_redlock-run.ps1"),
+    let model = Model::new(Cli::command());
+    for (file, script) in [
+        ("completions/redlock-run.bash", completions::bash(&model)),
+        ("completions/_redlock-run", completions::zsh(&model)),
+        ("completions/redlock-run.fish", completions::fish(&model)),
     ] {
+        stale.extend(check(file, script.as_bytes()));
+    }
+    // Elvish and PowerShell: clap_complete's scripts as they come (options and subcommands;
+    // the command's own words are not completed).
+    for (shell, file) in
+        [(Shell::Elvish, "completions/redlock-run.elv"), (Shell::PowerShell, "completions/_redlock-run.ps1")]
+    {
         let mut out = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "redlock-run", &mut out);
         stale.extend(check(file, &out));
@@ -183,4 +192,136 @@ fn the_man_page_has_the_sections_people_look_for() {
     }
     assert!(page.contains("\\fB125\\fR"), "the exit statuses");
     assert!(!page.contains(" redis://"), "URLs are not hyphenated");
+}
+
+/// What a completion must offer for a line.
+enum Offers {
+    /// Exactly these words, in any order.
+    Exactly(&'static [&'static str]),
+    /// At least these words, and none of the second list.
+    Including(&'static [&'static str], &'static [&'static str]),
+}
+use Offers::{Exactly, Including};
+
+/// Lines every shell must complete the same way: the words each level accepts, the values of
+/// an option, nothing for a free value, and the command's own completion after the options.
+const CASES: &[(&str, Offers)] = &[
+    ("redlock-run status --js", Exactly(&["--json"])),
+    ("redlock-run release --f", Exactly(&["--force"])),
+    ("redlock-run status --t", Including(&["--tls-insecure"], &["--ttl"])),
+    ("redlock-run --on-lost ", Exactly(&["terminate", "ignore"])),
+    ("redlock-run -k x --on-lost=ig", Exactly(&["ignore"])),
+    ("redlock-run status -k x --log-format ", Exactly(&["text", "json"])),
+    ("redlock-run -k x --ttl ", Exactly(&[])),
+    ("redlock-run -vk ", Exactly(&[])),
+    ("redlock-run --wa", Exactly(&["--wait"])),
+    ("redlock-run st", Including(&["status", "stat"], &[])),
+    ("redlock-run -k x st", Including(&["stat"], &["status"])),
+    ("redlock-run -k x -- st", Including(&["stat"], &["status"])),
+    ("redlock-run -k x -- --t", Exactly(&[])),
+    ("redlock-run --password-file /et", Including(&["/etc"], &[])),
+    ("redlock-run --redis-url redis://h:1 -k x -- cat /et", Including(&["/etc"], &[])),
+];
+
+/// Cases that need the shell's completion of another command (bash: the bash-completion
+/// package): a nested wrapper after `--`, and `ls` after the command name.
+const COMMAND_CASES: &[(&str, Offers)] = &[
+    ("redlock-run -k x -- redlock-run status --js", Exactly(&["--json"])),
+    ("redlock-run -k x --redis-url redis://h:1 -- redlock-run release --fo", Exactly(&["--force"])),
+    ("redlock-run -k x ls --almost-a", Exactly(&["--almost-all"])),
+];
+
+fn check_offers(shell: &str, line: &str, offers: &Offers, got: &[String]) -> Option<String> {
+    let has = |w: &str| {
+        got.iter()
+            .any(|g| g.trim_end_matches('/') == w || g.trim_end_matches('/') == w.trim_start_matches('/'))
+    };
+    let ok = match offers {
+        Exactly(words) => words.len() == got.len() && words.iter().all(|w| has(w)),
+        Including(yes, no) => yes.iter().all(|w| has(w)) && !no.iter().any(|w| has(w)),
+    };
+    (!ok).then(|| format!("{shell}: {line:?} offered {got:?}"))
+}
+
+fn run_shell(program: &str, args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("timeout")
+        .arg("20")
+        .arg(program)
+        .args(args)
+        .current_dir("/")
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{program}: {e} (the completion tests need bash, zsh, fish and bash-completion)")
+        });
+    assert!(out.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Runs `complete` for every case at once (each starts a shell) and returns what was wrong.
+fn each_case<'a>(
+    shell: &str,
+    cases: impl Iterator<Item = &'a (&'static str, Offers)>,
+    complete: impl Fn(&str) -> Vec<String> + Sync,
+) -> Vec<String> {
+    let complete = &complete;
+    std::thread::scope(|s| {
+        let runs: Vec<_> =
+            cases.map(|(line, offers)| (line, offers, s.spawn(move || complete(line)))).collect();
+        runs.into_iter()
+            .filter_map(|(line, offers, run)| check_offers(shell, line, offers, &run.join().unwrap()))
+            .collect()
+    })
+}
+
+fn here(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path).to_str().unwrap().to_owned()
+}
+
+#[test]
+fn bash_completes_each_level_its_values_and_the_command() {
+    let script = here("completions/redlock-run.bash");
+    let driver = here("tests/completions/complete.bash");
+    let registered =
+        run_shell("bash", &["--norc", "-c", &format!("source {script}; complete -p redlock-run")]);
+    assert_eq!(registered, ["complete -F _redlock_run redlock-run"]);
+    let mut wrong = Vec::new();
+    // With the bash-completion package, and on its own (a plain `source`).
+    for mode in ["full", "bare"] {
+        let cases = CASES.iter().chain(if mode == "full" { COMMAND_CASES } else { &[] });
+        wrong.extend(each_case(&format!("bash ({mode})"), cases, |line| {
+            run_shell("bash", &["--norc", &driver, &script, mode, line])
+        }));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn zsh_completes_each_level_its_values_and_the_command() {
+    let dir = here("completions");
+    run_shell("zsh", &["-n", &format!("{dir}/_redlock-run")]);
+    let capture = here("tests/completions/capture.zsh");
+    let wrong = each_case("zsh", CASES.iter().chain(COMMAND_CASES), |line| {
+        run_shell("zsh", &["-f", &capture, &dir, line])
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn fish_completes_each_level_its_values_and_the_command() {
+    let script = here("completions/redlock-run.fish");
+    run_shell("fish", &["-n", &script]);
+    let wrong = each_case("fish", CASES.iter().chain(COMMAND_CASES), |line| {
+        let got = run_shell("fish", &["-c", &format!("source {script}; complete -C {}", fish_quote(line))]);
+        // fish completes `--opt=va` as `--opt=value`.
+        got.iter().map(|g| g.rsplit('=').next().unwrap_or(g).to_owned()).collect()
+    });
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+fn fish_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
