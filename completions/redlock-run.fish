@@ -93,74 +93,74 @@ end
 complete -c redlock-run -f
 complete -c redlock-run -n '__redlock_run_at command' -xa '(__redlock_run_command)'
 complete -c redlock-run -n '__redlock_run_at top' -xa '(__redlock_run_programs)'
-complete -c redlock-run -n '__redlock_run_first_word' -xa status -d 'Show who holds the lock, since when, the TTL left, the fence and idempotency records; exit 0 when held, 1 when free'
-complete -c redlock-run -n '__redlock_run_first_word' -xa release -d 'Operator override: delete a stuck lock whatever its value, and wake waiters'
-complete -c redlock-run -n '__redlock_run_at top' -s k -l key -d 'Lock key, used verbatim (any bytes the shell can pass)' -x
-complete -c redlock-run -n '__redlock_run_at top' -s t -l ttl -d 'Lease length: how long the lock lives without renewal' -x
-complete -c redlock-run -n '__redlock_run_at top' -l busy-exit-code -d 'Exit status when the lock is held by someone else (like flock -E)' -x
-complete -c redlock-run -n '__redlock_run_at top' -l min-hold -d 'Keep the lock at least this long after acquiring it, even if the command ends sooner (for cron hosts whose clocks disagree); the wrapper does not wait for it' -x
-complete -c redlock-run -n '__redlock_run_at top' -l idempotency-key -d 'Skip (exit 0) if a run with this ID already succeeded; record success after exit 0' -x
-complete -c redlock-run -n '__redlock_run_at top' -l idempotency-ttl -d 'How long a success record of --idempotency-key is kept' -x
+complete -c redlock-run -n '__redlock_run_first_word' -xa status -d 'Show who holds the lock; exit 0 when held, 1 when free'
+complete -c redlock-run -n '__redlock_run_first_word' -xa release -d 'Delete a stuck lock (operator override)'
+complete -c redlock-run -n '__redlock_run_at top' -s k -l key -d 'Lock key, used verbatim' -x
+complete -c redlock-run -n '__redlock_run_at top' -s t -l ttl -d 'Lease length: how long the lock lives unrenewed' -x
+complete -c redlock-run -n '__redlock_run_at top' -l busy-exit-code -d 'Exit status when the lock is busy (like flock -E)' -x
+complete -c redlock-run -n '__redlock_run_at top' -l min-hold -d 'Hold the lock at least this long' -x
+complete -c redlock-run -n '__redlock_run_at top' -l idempotency-key -d 'Succeed at most once per ID' -x
+complete -c redlock-run -n '__redlock_run_at top' -l idempotency-ttl -d 'How long a success record is kept' -x
 complete -c redlock-run -n '__redlock_run_at top' -s w -l wait -d 'How long to wait for a busy lock; 0 = fail at once' -x
-complete -c redlock-run -n '__redlock_run_at top' -l fail-open -d 'If Redis is unreachable at start, run the command anyway, without a lock (loud warning)'
-complete -c redlock-run -n '__redlock_run_at top' -l renew-every -d 'Renewal period while the command runs' -x
-complete -c redlock-run -n '__redlock_run_at top' -l kill-grace -d 'Time between SIGTERM and SIGKILL when the command must stop' -x
-complete -c redlock-run -n '__redlock_run_at top' -l on-lost -d 'What to do when ownership is lost or can no longer be confirmed' -xa "terminate\t'Stop the command (SIGTERM, then SIGKILL) before the lock can expire under it; exit 125'
+complete -c redlock-run -n '__redlock_run_at top' -l fail-open -d 'Run without a lock if Redis is unreachable'
+complete -c redlock-run -n '__redlock_run_at top' -l renew-every -d 'Renewal period' -x
+complete -c redlock-run -n '__redlock_run_at top' -l kill-grace -d 'Time between SIGTERM and SIGKILL' -x
+complete -c redlock-run -n '__redlock_run_at top' -l on-lost -d 'What to do when the lock is lost' -xa "terminate\t'Stop the command (SIGTERM, then SIGKILL) before the lock can expire under it; exit 125'
 ignore\t'Keep the command running without the lock, warn loudly, exit with the command\'s status'"
-complete -c redlock-run -n '__redlock_run_at top' -l max-runtime -d 'Stop the command after this long, like timeout(1); exit status 124' -x
-complete -c redlock-run -n '__redlock_run_at top' -l no-new-privs -d 'Start the command with no_new_privs set, so that sudo and setuid programs cannot make it another user\'s process, which the wrapper could no longer stop'
-complete -c redlock-run -n '__redlock_run_at top' -l redis-url -d 'Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster' -x
-complete -c redlock-run -n '__redlock_run_at top' -l password-file -d 'Read the Redis password from this file (first line), so it never sits in argv' -rF
-complete -c redlock-run -n '__redlock_run_at top' -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -rF
-complete -c redlock-run -n '__redlock_run_at top' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -rF
-complete -c redlock-run -n '__redlock_run_at top' -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -rF
-complete -c redlock-run -n '__redlock_run_at top' -l tls-insecure -d 'Do not verify the server\'s certificate or host name (a warning says so on every run)'
-complete -c redlock-run -n '__redlock_run_at top' -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -x
+complete -c redlock-run -n '__redlock_run_at top' -l max-runtime -d 'Stop the command after this long (exit 124)' -x
+complete -c redlock-run -n '__redlock_run_at top' -l no-new-privs -d 'Keep the command from gaining privileges'
+complete -c redlock-run -n '__redlock_run_at top' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at top' -l password-file -d 'Read the Redis password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l tls-insecure -d 'Do not verify the server\'s certificate'
+complete -c redlock-run -n '__redlock_run_at top' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at top' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at top' -l cluster -d 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
-complete -c redlock-run -n '__redlock_run_at top' -l connect-timeout -d 'Bound on establishing a connection to Redis' -x
+complete -c redlock-run -n '__redlock_run_at top' -l cluster -d 'Talk to a Redis Cluster'
+complete -c redlock-run -n '__redlock_run_at top' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at top' -l command-timeout -d 'Bound on each Redis request' -x
-complete -c redlock-run -n '__redlock_run_at top' -l metrics-file -d 'Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter textfile collector' -rF
-complete -c redlock-run -n '__redlock_run_at top' -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'
-complete -c redlock-run -n '__redlock_run_at top' -s q -l quiet -d 'Only errors on stderr (-v wins over it)'
+complete -c redlock-run -n '__redlock_run_at top' -l metrics-file -d 'Write Prometheus metrics to PATH at exit' -rF
+complete -c redlock-run -n '__redlock_run_at top' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
+complete -c redlock-run -n '__redlock_run_at top' -s q -l quiet -d 'Only errors on stderr'
 complete -c redlock-run -n '__redlock_run_at top' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at top' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at top' -s V -l version -d 'Print version'
 complete -c redlock-run -n '__redlock_run_at status' -s k -l key -d 'Lock key, used verbatim' -x
 complete -c redlock-run -n '__redlock_run_at status' -l json -d 'Print one JSON object instead of text'
-complete -c redlock-run -n '__redlock_run_at status' -l redis-url -d 'Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster' -x
-complete -c redlock-run -n '__redlock_run_at status' -l password-file -d 'Read the Redis password from this file (first line), so it never sits in argv' -rF
-complete -c redlock-run -n '__redlock_run_at status' -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -rF
-complete -c redlock-run -n '__redlock_run_at status' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -rF
-complete -c redlock-run -n '__redlock_run_at status' -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -rF
-complete -c redlock-run -n '__redlock_run_at status' -l tls-insecure -d 'Do not verify the server\'s certificate or host name (a warning says so on every run)'
-complete -c redlock-run -n '__redlock_run_at status' -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -x
+complete -c redlock-run -n '__redlock_run_at status' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at status' -l password-file -d 'Read the Redis password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l tls-insecure -d 'Do not verify the server\'s certificate'
+complete -c redlock-run -n '__redlock_run_at status' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at status' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at status' -l cluster -d 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
-complete -c redlock-run -n '__redlock_run_at status' -l connect-timeout -d 'Bound on establishing a connection to Redis' -x
+complete -c redlock-run -n '__redlock_run_at status' -l cluster -d 'Talk to a Redis Cluster'
+complete -c redlock-run -n '__redlock_run_at status' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at status' -l command-timeout -d 'Bound on each Redis request' -x
-complete -c redlock-run -n '__redlock_run_at status' -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'
-complete -c redlock-run -n '__redlock_run_at status' -s q -l quiet -d 'Only errors on stderr (-v wins over it)'
+complete -c redlock-run -n '__redlock_run_at status' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
+complete -c redlock-run -n '__redlock_run_at status' -s q -l quiet -d 'Only errors on stderr'
 complete -c redlock-run -n '__redlock_run_at status' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at status' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key, used verbatim' -x
-complete -c redlock-run -n '__redlock_run_at release' -l force -d 'Required: deleting someone else\'s lock can let two runs overlap'
+complete -c redlock-run -n '__redlock_run_at release' -l force -d 'Required: a forced release can let two runs overlap'
 complete -c redlock-run -n '__redlock_run_at release' -l json -d 'Print one JSON object instead of text'
-complete -c redlock-run -n '__redlock_run_at release' -l redis-url -d 'Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster' -x
-complete -c redlock-run -n '__redlock_run_at release' -l password-file -d 'Read the Redis password from this file (first line), so it never sits in argv' -rF
-complete -c redlock-run -n '__redlock_run_at release' -l tls-ca-file -d 'CA certificate(s) (PEM) to verify the server with, instead of the system\'s' -rF
-complete -c redlock-run -n '__redlock_run_at release' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS; needs --tls-key-file' -rF
-complete -c redlock-run -n '__redlock_run_at release' -l tls-key-file -d 'Client private key (PEM) for mutual TLS; needs --tls-cert-file' -rF
-complete -c redlock-run -n '__redlock_run_at release' -l tls-insecure -d 'Do not verify the server\'s certificate or host name (a warning says so on every run)'
-complete -c redlock-run -n '__redlock_run_at release' -l sentinel -d 'Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or comma-separate in the environment); the URL then only gives the scheme, credentials and database' -x
+complete -c redlock-run -n '__redlock_run_at release' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at release' -l password-file -d 'Read the Redis password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l tls-insecure -d 'Do not verify the server\'s certificate'
+complete -c redlock-run -n '__redlock_run_at release' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at release' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at release' -l cluster -d 'Talk to a Redis Cluster; the --redis-url values are its seed nodes'
-complete -c redlock-run -n '__redlock_run_at release' -l connect-timeout -d 'Bound on establishing a connection to Redis' -x
+complete -c redlock-run -n '__redlock_run_at release' -l cluster -d 'Talk to a Redis Cluster'
+complete -c redlock-run -n '__redlock_run_at release' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at release' -l command-timeout -d 'Bound on each Redis request' -x
-complete -c redlock-run -n '__redlock_run_at release' -s v -l verbose -d 'More diagnostics on stderr (-v: info, -vv: debug)'
-complete -c redlock-run -n '__redlock_run_at release' -s q -l quiet -d 'Only errors on stderr (-v wins over it)'
+complete -c redlock-run -n '__redlock_run_at release' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
+complete -c redlock-run -n '__redlock_run_at release' -s q -l quiet -d 'Only errors on stderr'
 complete -c redlock-run -n '__redlock_run_at release' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at release' -s h -l help -d 'Print help (see more with \'--help\')'

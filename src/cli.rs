@@ -3,8 +3,14 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
+/// The epilogue of `-h`: where the rest is.
+const AFTER_SHORT_HELP: &str = "\
+Durations: 500ms, 30s, 30m, '1h 30m'. '--help' adds the details, the environment variables,
+the exit statuses and examples; so does 'man redlock-run'.";
+
+/// The epilogue of `--help` (and of the man page, which reads its examples from here).
 const AFTER_HELP: &str = "\
 Durations use humantime syntax: 500ms, 30s, 30m, '1h 30m'.
 Every option can also be set with an environment variable REDLOCK_<NAME> (shown in brackets);
@@ -37,7 +43,8 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("REDLOCK_RUN_BUILD
     name = "redlock-run",
     version = VERSION,
     about = "Run a command under a Redis lock: one machine at a time, across a fleet",
-    after_help = AFTER_HELP,
+    after_help = AFTER_SHORT_HELP,
+    after_long_help = AFTER_HELP,
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
     disable_help_subcommand = true,
@@ -47,11 +54,16 @@ pub struct Cli {
     #[command(subcommand)]
     pub action: Option<Action>,
 
-    /// Lock key, used verbatim (any bytes the shell can pass)
+    /// Lock key, used verbatim
+    ///
+    /// Any bytes the shell can pass, up to 64 KiB.
     #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", required = true, value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
     pub key: Option<OsString>,
 
-    /// Lease length: how long the lock lives without renewal
+    /// Lease length: how long the lock lives unrenewed
+    ///
+    /// The lock is renewed every --renew-every while the command runs; if the wrapper dies, the
+    /// lock expires this long after its last renewal.
     #[arg(
         short,
         long,
@@ -62,20 +74,28 @@ pub struct Cli {
     )]
     pub ttl: String,
 
-    /// Exit status when the lock is held by someone else (like flock -E)
+    /// Exit status when the lock is busy (like flock -E)
+    ///
+    /// The status when someone else holds the lock (after --wait, if given).
     #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, value_parser = clap::value_parser!(u8), help_heading = "Lock")]
     pub busy_exit_code: u8,
 
-    /// Keep the lock at least this long after acquiring it, even if the command ends sooner
-    /// (for cron hosts whose clocks disagree); the wrapper does not wait for it
+    /// Hold the lock at least this long
+    ///
+    /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks disagree); the wrapper does
+    /// not wait for it: the lock is left to expire then.
     #[arg(long, env = "REDLOCK_MIN_HOLD", value_name = "DUR", help_heading = "Lock")]
     pub min_hold: Option<String>,
 
-    /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0
+    /// Succeed at most once per ID
+    ///
+    /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0.
     #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
     pub idempotency_key: Option<OsString>,
 
-    /// How long a success record of --idempotency-key is kept
+    /// How long a success record is kept
+    ///
+    /// Applies to the records --idempotency-key writes.
     #[arg(
         long,
         env = "REDLOCK_IDEMPOTENCY_TTL",
@@ -96,36 +116,55 @@ pub struct Cli {
     )]
     pub wait: String,
 
-    /// If Redis is unreachable at start, run the command anyway, without a lock (loud warning)
+    /// Run without a lock if Redis is unreachable
+    ///
+    /// If Redis cannot be reached at start, run the command anyway, without a lock (loud
+    /// warning). Never when Redis answered (out of memory, read-only, loading) or on a
+    /// configuration mistake.
     #[arg(long, env = "REDLOCK_FAIL_OPEN", value_parser = switch("REDLOCK_FAIL_OPEN"), help_heading = "Waiting")]
     pub fail_open: bool,
 
-    /// Renewal period while the command runs [default: ttl/3]
+    /// Renewal period [default: ttl/3]
+    ///
+    /// The lease is renewed this often while the command runs; --ttl must leave room for one
+    /// renewal, the stop path and clock drift.
     #[arg(long, env = "REDLOCK_RENEW_EVERY", value_name = "DUR", help_heading = "Command supervision")]
     pub renew_every: Option<String>,
 
-    /// Time between SIGTERM and SIGKILL when the command must stop [default: min(10s, ttl/6)]
+    /// Time between SIGTERM and SIGKILL
+    ///
+    /// When the command must stop (lost lock, --max-runtime, a signal to the wrapper), its
+    /// process group gets SIGTERM, then SIGKILL this long after [default: min(10s, ttl/6)].
     #[arg(long, env = "REDLOCK_KILL_GRACE", value_name = "DUR", help_heading = "Command supervision")]
     pub kill_grace: Option<String>,
 
-    /// What to do when ownership is lost or can no longer be confirmed
+    /// What to do when the lock is lost
+    ///
+    /// The lock is lost when the key holds another value, or when ownership cannot be
+    /// confirmed before the lease runs out.
     #[arg(long, env = "REDLOCK_ON_LOST", value_name = "ACTION", value_enum, default_value_t = OnLostArg::Terminate, help_heading = "Command supervision")]
     pub on_lost: OnLostArg,
 
-    /// Stop the command after this long, like timeout(1); exit status 124
+    /// Stop the command after this long (exit 124)
+    ///
+    /// Like timeout(1): the command gets SIGTERM (SIGKILL after --kill-grace) and the run exits
+    /// 124.
     #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", help_heading = "Command supervision")]
     pub max_runtime: Option<String>,
 
-    /// Start the command with no_new_privs set, so that sudo and setuid programs cannot make it
-    /// another user's process, which the wrapper could no longer stop
+    /// Keep the command from gaining privileges
+    ///
+    /// Sets no_new_privs, so that sudo and setuid programs cannot make the command another
+    /// user's process, which the wrapper could no longer stop.
     #[arg(long, env = "REDLOCK_NO_NEW_PRIVS", value_parser = switch("REDLOCK_NO_NEW_PRIVS"), help_heading = "Command supervision")]
     pub no_new_privs: bool,
 
     #[command(flatten)]
     pub redis: RedisArgs,
 
-    /// Write Prometheus text-format metrics to PATH at exit (atomically), for the node_exporter
-    /// textfile collector
+    /// Write Prometheus metrics to PATH at exit
+    ///
+    /// Text format, written atomically, for the node_exporter textfile collector.
     #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Output")]
     pub metrics_file: Option<PathBuf>,
 
@@ -135,6 +174,39 @@ pub struct Cli {
     /// The command to run and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, value_parser = clap::value_parser!(OsString))]
     pub command: Vec<OsString>,
+}
+
+impl Cli {
+    /// Parses the command line. `-h` is the summary, one line per option: without the
+    /// environment variables, defaults and values that `--help` lists (clap shows those in both).
+    pub fn from_args() -> Result<Cli, clap::Error> {
+        let args: Vec<OsString> = std::env::args_os().collect();
+        let mut cmd = Cli::command();
+        if asks_for_summary(&args) {
+            cmd = summary(cmd);
+        }
+        let mut matches = cmd.try_get_matches_from_mut(args)?;
+        Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+    }
+}
+
+/// Whether the wrapper's own arguments (those before `--`) include `-h`, alone or among other
+/// short flags (`-vh`). Wrong guesses cost nothing: hiding details changes only help text.
+fn asks_for_summary(args: &[OsString]) -> bool {
+    args.iter().skip(1).take_while(|a| *a != "--").any(|a| {
+        let a = a.to_string_lossy();
+        a.strip_prefix('-')
+            .is_some_and(|flags| flags.contains('h') && flags.chars().all(|c| "hvqV".contains(c)))
+    })
+}
+
+fn summary(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        let takes_value = a.get_action().takes_values();
+        let a = a.hide_env(true);
+        if takes_value { a.hide_default_value(true).hide_possible_values(true) } else { a }
+    })
+    .mut_subcommands(summary)
 }
 
 /// `--on-lost` values.
@@ -149,10 +221,13 @@ pub enum OnLostArg {
 /// Operator subcommands. (A command literally named like one of them runs after `--`.)
 #[derive(Debug, Subcommand)]
 pub enum Action {
-    /// Show who holds the lock, since when, the TTL left, the fence and idempotency records;
-    /// exit 0 when held, 1 when free
+    /// Show who holds the lock; exit 0 when held, 1 when free
+    ///
+    /// Also since when, the TTL left, the fence and the idempotency records.
     Status(StatusArgs),
-    /// Operator override: delete a stuck lock whatever its value, and wake waiters
+    /// Delete a stuck lock (operator override)
+    ///
+    /// Deletes the lock whatever its value, and wakes the runs waiting for it.
     Release(ReleaseArgs),
 }
 
@@ -179,7 +254,10 @@ pub struct ReleaseArgs {
     #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString))]
     pub key: OsString,
 
-    /// Required: deleting someone else's lock can let two runs overlap
+    /// Required: a forced release can let two runs overlap
+    ///
+    /// A forced release deletes the lock whatever its value: if its holder still runs,
+    /// another run can start beside it.
     #[arg(long)]
     pub force: bool,
 
@@ -197,35 +275,49 @@ pub struct ReleaseArgs {
 /// Where Redis is, how to reach it safely, and how long to wait for it.
 #[derive(Debug, Args)]
 pub struct RedisArgs {
-    /// Redis to lock in: redis://, rediss:// (TLS), unix://; several seed nodes with --cluster
-    /// [env: REDLOCK_REDIS_URL, then REDIS_URL]
+    /// Redis URL: redis://, rediss:// (TLS), unix://
+    ///
+    /// Give it several times for a Redlock quorum of independent servers, or for a Cluster's
+    /// seed nodes with --cluster [env: REDLOCK_REDIS_URL, then REDIS_URL] [default:
+    /// redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL", action = ArgAction::Append, help_heading = "Redis connection")]
     pub redis_url: Vec<String>,
 
-    /// Read the Redis password from this file (first line), so it never sits in argv
-    /// [the password can also come from the URL or REDLOCK_PASSWORD]
+    /// Read the Redis password from this file
+    ///
+    /// Its first line, so that the password never sits in argv [the password can also come
+    /// from the URL or REDLOCK_PASSWORD].
     #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
     pub password_file: Option<PathBuf>,
 
-    /// CA certificate(s) (PEM) to verify the server with, instead of the system's
+    /// CA certificates (PEM) to verify the server with
+    ///
+    /// Instead of the system's certificates.
     #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
     pub tls_ca_file: Option<PathBuf>,
 
-    /// Client certificate (PEM) for mutual TLS; needs --tls-key-file
+    /// Client certificate (PEM) for mutual TLS
+    ///
+    /// Needs --tls-key-file.
     #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_key_file", help_heading = "Redis connection")]
     pub tls_cert_file: Option<PathBuf>,
 
-    /// Client private key (PEM) for mutual TLS; needs --tls-cert-file
+    /// Client private key (PEM) for mutual TLS
+    ///
+    /// Needs --tls-cert-file.
     #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_cert_file", help_heading = "Redis connection")]
     pub tls_key_file: Option<PathBuf>,
 
-    /// Do not verify the server's certificate or host name (a warning says so on every run)
+    /// Do not verify the server's certificate
+    ///
+    /// Nor its host name; a warning says so on every run.
     #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = switch("REDLOCK_TLS_INSECURE"), help_heading = "Redis connection")]
     pub tls_insecure: bool,
 
-    /// Find the master through this Sentinel (HOST:PORT, or HOST for port 26379; repeat, or
-    /// comma-separate in the environment); the URL then only gives the scheme, credentials and
-    /// database
+    /// Find the master through this Sentinel
+    ///
+    /// HOST:PORT, or HOST for port 26379; repeat it, or comma-separate in the environment. The
+    /// URL then only gives the scheme, credentials and database.
     #[arg(
         long,
         env = "REDLOCK_SENTINEL",
@@ -246,15 +338,21 @@ pub struct RedisArgs {
     )]
     pub sentinel_master: Option<String>,
 
-    /// Talk to a Redis Cluster; the --redis-url values are its seed nodes
+    /// Talk to a Redis Cluster
+    ///
+    /// The --redis-url values are its seed nodes.
     #[arg(long, env = "REDLOCK_CLUSTER", value_parser = switch("REDLOCK_CLUSTER"), conflicts_with = "sentinel", help_heading = "Redis connection")]
     pub cluster: bool,
 
-    /// Bound on establishing a connection to Redis [default: from the lease, at most 5s]
+    /// Bound on connecting to Redis
+    ///
+    /// Default: from the lease, at most 5s.
     #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
     pub connect_timeout: Option<String>,
 
-    /// Bound on each Redis request [default: from the lease, at most 2s]
+    /// Bound on each Redis request
+    ///
+    /// Default: from the lease, at most 2s.
     #[arg(long, env = "REDLOCK_COMMAND_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
     pub command_timeout: Option<String>,
 }
@@ -262,11 +360,13 @@ pub struct RedisArgs {
 /// Diagnostics on stderr.
 #[derive(Debug, Args)]
 pub struct OutputArgs {
-    /// More diagnostics on stderr (-v: info, -vv: debug)
+    /// More diagnostics (-v: info, -vv: debug)
     #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
     pub verbose: u8,
 
-    /// Only errors on stderr (-v wins over it)
+    /// Only errors on stderr
+    ///
+    /// A busy lock and a run skipped by --idempotency-key print nothing; -v wins over it.
     #[arg(short, long, env = "REDLOCK_QUIET", value_parser = switch("REDLOCK_QUIET"), help_heading = "Output")]
     pub quiet: bool,
 

@@ -21,11 +21,9 @@ mod sys;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
 pub fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
         // --help and --version.
         Err(e) if !e.use_stderr() => {

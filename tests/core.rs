@@ -505,3 +505,42 @@ fn version_names_the_commit_and_the_tls_backend() {
         assert!(out.contains("(commit "), "{out}");
     }
 }
+
+/// `-h` is the summary: one line per option on an 80-column terminal, no environment variables,
+/// defaults or values; `--help` has them all, with the exit statuses and examples.
+#[test]
+fn dash_h_is_a_one_line_per_option_summary_and_help_the_details() {
+    for level in [&[][..], &["status"][..], &["release"][..]] {
+        for flag in ["-h", "-vh"] {
+            let r = run(wrapper().env("COLUMNS", "80").args(level).arg(flag), LIMIT);
+            let out = String::from_utf8_lossy(&r.stdout);
+            assert_eq!(r.code, 0, "{level:?} {flag}: {}", r.stderr);
+            assert!(out.contains("--key <KEY>"), "{level:?} {flag}: {out}");
+            for line in out.lines() {
+                assert!(line.len() <= 80, "{level:?} {flag}: wider than 80 columns: {line:?}");
+                // A continuation line is indented past the option column (the usage's second
+                // line excepted).
+                let continued = line.starts_with("       ") && !line.trim_start().starts_with("redlock-run");
+                assert!(!continued, "{level:?} {flag}: an option on two lines: {out}");
+            }
+            assert!(!out.contains("[env:") && !out.contains("[possible values:"), "{level:?} {flag}: {out}");
+            assert!(
+                !out.contains("[default: 30s]") && !out.contains("[default: text]"),
+                "{level:?} {flag}: {out}"
+            );
+        }
+        let r = run(wrapper().env("COLUMNS", "80").args(level).arg("--help"), LIMIT);
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert_eq!(r.code, 0);
+        assert!(out.contains("[env: REDLOCK_KEY=]"), "{level:?} --help: {out}");
+        assert!(out.contains("[env: REDLOCK_LOG_FORMAT=]"), "{level:?} --help: {out}");
+    }
+    let r = run(wrapper().arg("--help"), LIMIT);
+    let out = String::from_utf8_lossy(&r.stdout);
+    for detail in ["[default: 30s]", "terminate:", "Exit status:", "Examples:"] {
+        assert!(out.contains(detail), "--help lacks {detail:?}: {out}");
+    }
+    // `-h` after `--` belongs to the command.
+    let r = run(wrapper().args(["-k", "k", "--redis-url", "redis://127.0.0.1:1", "--", "-h"]), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+}
