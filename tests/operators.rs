@@ -383,3 +383,18 @@ fn text_logs_show_the_key_alike_on_every_line() {
         assert!(rest.starts_with(r#"a\nb \"c\" "#), "{}", r.stderr);
     }
 }
+
+/// Every JSON line says it is the wrapper's, so that a collector that merges the command's
+/// output with the wrapper's can tell them apart.
+#[test]
+fn every_json_line_names_the_wrapper_as_its_source() {
+    let redis = RedisServer::start();
+    let r =
+        run(redlock(&redis).args(["-vv", "--log-format", "json", "-k", "lock:source", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines = json_lines(&r.stderr);
+    assert!(lines.len() >= 2, "acquired and released at least: {lines:#?}");
+    for line in &lines {
+        assert_eq!(line["source"], "redlock-run", "{line}");
+    }
+}
