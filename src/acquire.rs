@@ -84,8 +84,7 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                 outage_failures = 0;
                 answered = false;
                 if now >= wait_until {
-                    let message = busy_message(&config.key, pttl, &holder, !config.wait.is_zero());
-                    return Err(Error::Busy { message, code: config.busy_exit_code });
+                    return Err(busy(config, pttl, &holder));
                 }
                 let retry_in = pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
                     + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50));
@@ -176,8 +175,9 @@ async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
     }
 }
 
-/// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed".
-fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool) -> String {
+/// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with
+/// the holder and its time left also apart, for the JSON error line.
+fn busy(config: &Config, pttl: Option<Duration>, holder: &[u8]) -> Error {
     let who = match Holder::parse(holder) {
         Some(h) => h.describe(),
         None => "another client (not a redlock-run value)".to_owned(),
@@ -191,6 +191,11 @@ fn busy_message(key: &[u8], pttl: Option<Duration>, holder: &[u8], waited: bool)
                  (redlock-run release --force)"
             .to_owned(),
     };
-    let state = if waited { "still busy at the end of --wait" } else { "busy" };
-    format!("lock {} is {state}: held by {who}; {left}", show_key(key))
+    let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
+    Error::Busy {
+        message: format!("lock {} is {state}: held by {who}; {left}", show_key(&config.key)),
+        holder: who,
+        expires_in: pttl,
+        code: config.busy_exit_code,
+    }
 }

@@ -58,6 +58,15 @@ pub enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// `Some(value)` only for JSON: a field that a text line leaves out, because its message
+    /// already says it in words or the line has always been read without it. (An event records
+    /// no field for a `None`.)
+    pub fn json_only<T>(self, value: T) -> Option<T> {
+        (self == LogFormat::Json).then_some(value)
+    }
+}
+
 /// Where diagnostics go and how many.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
@@ -169,6 +178,14 @@ impl Invocation {
                     output: output(&a.output),
                 })
             }
+        }
+    }
+
+    /// The lock key the invocation is about.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Invocation::Run(c) => &c.key,
+            Invocation::Status { key, .. } | Invocation::Release { key, .. } => key,
         }
     }
 

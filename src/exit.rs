@@ -1,5 +1,7 @@
 //! The exit-status table (SPEC §7) in one place, and the error type that maps onto it.
 
+use std::time::Duration;
+
 /// Exit statuses the wrapper produces itself. The command's own status passes through as is.
 pub mod status {
     pub const USAGE: u8 = 64;
@@ -30,9 +32,11 @@ pub enum Error {
     Permission(String),
     #[error("{0}")]
     Config(String),
-    /// The lock is held by someone else; carries the status to exit with (`--busy-exit-code`).
+    /// The lock is held by someone else; carries who holds it (`host (pid N) since …`, or that
+    /// the value is not a redlock-run one), its time left (`None`: it never expires) and the
+    /// status to exit with (`--busy-exit-code`).
     #[error("{message}")]
-    Busy { message: String, code: u8 },
+    Busy { message: String, holder: String, expires_in: Option<Duration>, code: u8 },
     #[error("cannot run {command}: {reason}")]
     Spawn { command: String, reason: String, code: u8 },
     /// A signal arrived before the command was started.

@@ -42,14 +42,17 @@ pub fn main() -> ExitCode {
                 verbosity: config::Verbosity::Normal,
                 format: config::LogFormat::Text,
             });
-            return report(e);
+            return report(e, None, config::LogFormat::Text);
         }
     };
     let output = invocation.output();
     let _log = logging::init(output);
+    // As the run's other events show it: escaped bytes, no quotes.
+    let key = invocation.key().escape_ascii().to_string();
+    let fail = |e| report(e, Some(&key), output.format);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => return report(exit::Error::Internal(e.into())),
+        Err(e) => return fail(exit::Error::Internal(e.into())),
     };
     let result = runtime.block_on(async {
         match invocation {
@@ -66,13 +69,26 @@ pub fn main() -> ExitCode {
         Err(e @ exit::Error::Busy { .. }) if output.verbosity == config::Verbosity::Quiet => {
             ExitCode::from(e.code())
         }
-        Err(e) => report(e),
+        Err(e) => fail(e),
     }
 }
 
-fn report(e: exit::Error) -> ExitCode {
-    tracing::error!("{e}");
-    ExitCode::from(e.code())
+/// The error line for a status the wrapper chose. A text line is the message alone; a JSON line
+/// also carries the status, the key and, for a busy lock, its holder and time left.
+fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitCode {
+    let exit_status = e.code();
+    let (holder, expires_in) = match &e {
+        exit::Error::Busy { holder, expires_in, .. } => (Some(holder.as_str()), *expires_in),
+        _ => (None, None),
+    };
+    tracing::error!(
+        exit_status = format.json_only(exit_status),
+        key = key.and_then(|k| format.json_only(k)),
+        holder = holder.and_then(|h| format.json_only(h)),
+        expires_in_ms = expires_in.and_then(|d| format.json_only(d.as_millis() as u64)),
+        "{e}"
+    );
+    ExitCode::from(exit_status)
 }
 
 /// clap's error in the tool's own style (`redlock-run: error: …`). Its tip "to pass '-x' as a

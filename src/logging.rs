@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::format::{self, Format, FormatEvent, FormatFields, JsonFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -22,6 +22,9 @@ use crate::config::{LogFormat, Output, Verbosity};
 const QUEUE: usize = 1024;
 /// How long the wrapper waits at exit for queued lines to reach stderr.
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
+/// Opens every JSON line: a collector that merges the command's output with the wrapper's can
+/// tell the wrapper's lines apart.
+const JSON_SOURCE: &str = r#"{"source":"redlock-run","#;
 
 /// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
 pub fn init(output: Output) -> Guard {
@@ -35,13 +38,16 @@ pub fn init(output: Output) -> Guard {
     let builder = tracing_subscriber::fmt().with_writer(queue.clone()).with_max_level(level).with_ansi(false);
     let installed = match output.format {
         LogFormat::Text => builder.event_format(Text).try_init(),
-        // One object per line: {"timestamp":…,"level":…,"message":…, fields…}.
         LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_target(false)
-            .with_current_span(false)
-            .with_span_list(false)
+            .fmt_fields(JsonFields::new())
+            .event_format(Json(
+                format::format()
+                    .json()
+                    .flatten_event(true)
+                    .with_target(false)
+                    .with_current_span(false)
+                    .with_span_list(false),
+            ))
             .try_init(),
     }
     .is_ok();
@@ -168,5 +174,28 @@ where
         write!(writer, "redlock-run: {level}: ")?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// One object per line: `{"source":"redlock-run","timestamp":…,"level":…,"message":…,
+/// fields…}`; tracing-subscriber's JSON with the wrapper's name put first.
+struct Json(Format<format::Json>);
+
+impl<S, N> FormatEvent<S, N> for Json
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::with_capacity(160);
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        // The object always has a timestamp and a level, so a comma may follow the new field.
+        let rest = line.strip_prefix('{').ok_or(fmt::Error)?;
+        write!(writer, "{JSON_SOURCE}{rest}")
     }
 }

@@ -59,6 +59,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         .map_err(|f| f.into_error("preparing the lock"))?;
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();
+    // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
+    let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
     let outcome = acquire(&mut lock, config, &mut signals).await;
@@ -119,6 +121,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         };
         tracing::error!(
             key = %key,
+            exit_status = json_only(ended.code),
             "the command could not be stopped: processes of its group still run; {lock_state}"
         );
     } else {
@@ -130,11 +133,13 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         _ if ended.survivors => {}
         Some(StopReason::MaxRuntime) => tracing::error!(
             key = %key,
+            exit_status = json_only(ended.code),
             "the command was stopped after --max-runtime ({})",
             humantime::format_duration(config.max_runtime.unwrap_or_default())
         ),
         Some(StopReason::LeaseLost) => tracing::error!(
             key = %key,
+            exit_status = json_only(ended.code),
             "the command was stopped: the lock was lost or could not be confirmed before its deadline"
         ),
         _ => {}
@@ -175,7 +180,12 @@ async fn run_unlocked(
     let mut child = Child::spawn(&config.command, &env)?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
-        tracing::error!("the command could not be stopped: processes of its group still run");
+        let format = config.output.format;
+        tracing::error!(
+            key = format.json_only(tracing::field::display(config.key.escape_ascii())),
+            exit_status = format.json_only(ended.code),
+            "the command could not be stopped: processes of its group still run"
+        );
     }
     report.command_status = ended.command_code;
     Ok(ended.code)

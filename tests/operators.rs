@@ -80,7 +80,9 @@ fn json_logs_carry_the_lifecycle_events() {
     assert_eq!(out.status.code(), Some(125));
     let lines = json_lines(&String::from_utf8_lossy(&out.stderr));
     assert_eq!(event(&lines, "lock lost")["level"], "WARN");
-    assert_eq!(event(&lines, "the command was stopped")["level"], "ERROR", "one error line for exit 125");
+    let stopped = event(&lines, "the command was stopped");
+    assert_eq!(stopped["level"], "ERROR", "one error line for exit 125");
+    assert_eq!((&stopped["exit_status"], &stopped["key"]), (&Value::from(125), &Value::from("lock:json")));
     let stopping = event(&lines, "stopping the command");
     assert_eq!(stopping["signal"], "SIGTERM");
     assert!(stopping["reason"].is_string());
@@ -382,4 +384,87 @@ fn text_logs_show_the_key_alike_on_every_line() {
     for rest in keys {
         assert!(rest.starts_with(r#"a\nb \"c\" "#), "{}", r.stderr);
     }
+}
+
+/// Every JSON line says it is the wrapper's, so that a collector that merges the command's
+/// output with the wrapper's can tell them apart.
+#[test]
+fn every_json_line_names_the_wrapper_as_its_source() {
+    let redis = RedisServer::start();
+    let r =
+        run(redlock(&redis).args(["-vv", "--log-format", "json", "-k", "lock:source", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let lines = json_lines(&r.stderr);
+    assert!(lines.len() >= 2, "acquired and released at least: {lines:#?}");
+    for line in &lines {
+        assert_eq!(line["source"], "redlock-run", "{line}");
+    }
+}
+
+/// The error line of a busy lock carries the status, the key, the holder and its time left as
+/// fields; with -q there is none.
+#[test]
+fn a_busy_lock_s_json_error_line_names_the_holder() {
+    let redis = RedisServer::start();
+    let key = "lock:\"busy\"";
+    let value = "0123456789abcdef0123456789abcdef web-1 4711 1764460800000";
+    redis.cmd::<()>(&["SET", key, value, "PX", "60000"].map(str::as_bytes));
+    let busy = |extra: &[&str]| {
+        let r = run(
+            redlock(&redis).args(["--log-format", "json", "-k", key]).args(extra).args(["--", "true"]),
+            LIMIT,
+        );
+        let lines = json_lines(&r.stderr);
+        (r.code, lines)
+    };
+
+    let (code, lines) = busy(&[]);
+    assert_eq!(code, 75);
+    assert_eq!(lines.len(), 1, "one line: {lines:#?}");
+    let error = &lines[0];
+    assert_eq!(error["level"], "ERROR");
+    assert_eq!(error["source"], "redlock-run");
+    assert_eq!(error["exit_status"], 75);
+    assert_eq!(error["key"], r#"lock:\"busy\""#, "escaped as on every other line");
+    assert_eq!(error["holder"], "web-1 (pid 4711) since 2025-11-30T00:00:00Z");
+    let left = error["expires_in_ms"].as_u64().unwrap_or_else(|| panic!("expires_in_ms: {error}"));
+    assert!(left > 0 && left <= 60_000, "{left}");
+
+    let (code, lines) = busy(&["--busy-exit-code", "3"]);
+    assert_eq!(code, 3);
+    assert_eq!(lines[0]["exit_status"], 3, "{lines:#?}");
+
+    let (code, lines) = busy(&["-q"]);
+    assert_eq!((code, lines.len()), (75, 0), "-q: a busy lock is an expected outcome");
+
+    // A value of someone else's, with no expiry.
+    redis.cmd::<()>(&["SET", key, "other"].map(str::as_bytes));
+    let (code, lines) = busy(&[]);
+    assert_eq!(code, 75);
+    assert_eq!(lines[0]["holder"], "another client (not a redlock-run value)");
+    assert_eq!(lines[0]["expires_in_ms"], Value::Null, "no expiry, no field: {}", lines[0]);
+}
+
+#[test]
+fn an_unreachable_redis_s_json_error_line_carries_status_69() {
+    let r = run(
+        wrapper().args([
+            "--log-format",
+            "json",
+            "-k",
+            "lock:nowhere",
+            "--redis-url",
+            &format!("redis://127.0.0.1:{}", free_port()),
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    let lines = json_lines(&r.stderr);
+    let error = event(&lines, "cannot reach Redis");
+    assert_eq!(error["level"], "ERROR");
+    assert_eq!(error["source"], "redlock-run");
+    assert_eq!(error["exit_status"], 69);
+    assert_eq!(error["key"], "lock:nowhere");
 }
