@@ -8,7 +8,7 @@ use redis::aio::PubSubStream;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::config::{Config, DEFAULT_SOURCE, KILL_AHEAD};
+use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::{Acquired, Fault, Holder, Lease, Lock, show_key};
 use crate::signals::Signals;
@@ -138,13 +138,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                     "cannot reach Redis at {target} (it answered an earlier attempt, so --fail-open \
                      does not apply)"
                 )),
-                Fault::Unavailable(_) if config.redis.url_source == DEFAULT_SOURCE => {
-                    fault.into_error(&format!(
-                        "cannot reach Redis at {target} (the default; set --redis-url or REDLOCK_REDIS_URL)"
-                    ))
+                Fault::Unavailable(_) => {
+                    fault.into_error(&format!("cannot reach Redis at {target}{}", config.redis.source_note()))
                 }
-                Fault::Unavailable(_) => fault.into_error(&format!("cannot reach Redis at {target}")),
-                _ => fault.into_error(&format!("taking the lock at {target}")),
+                _ => fault.into_error(&format!("taking the lock at {target}{}", config.redis.source_note())),
             });
         }
         tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");

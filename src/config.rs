@@ -89,6 +89,18 @@ pub struct RedisConfig {
     pub command_timeout: Duration,
 }
 
+impl RedisConfig {
+    /// Where the URL came from, for messages about reaching it: nothing when it was given as
+    /// `--redis-url`, the variable's name, or that it is the default and how to change it.
+    pub fn source_note(&self) -> String {
+        match self.url_source {
+            "--redis-url" => String::new(),
+            DEFAULT_SOURCE => " (the default; set --redis-url or REDLOCK_REDIS_URL)".to_owned(),
+            var => format!(" (from {var})"),
+        }
+    }
+}
+
 /// Single node, the master a Sentinel names, a Cluster, or a Redlock quorum of independent
 /// masters.
 #[derive(Debug, Clone)]

@@ -24,7 +24,7 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
     let mut values = Vec::new();
     for node in &nodes {
         let mut conn = Conn::new(node)?;
-        let context = format!("reading lock {} at {}", show_key(key), conn.target);
+        let context = format!("reading lock {} at {}{}", show_key(key), conn.target, redis.source_note());
         let snap = match admin::snapshot(&mut conn, &keys).await {
             Ok(snap) => snap,
             // With a quorum, one unreachable node is part of the picture, not the end of it.
@@ -220,7 +220,11 @@ pub async fn release(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, 
             Ok(Forced::Deleted(value)) => released.push(value),
             Ok(Forced::Free) => {}
             // Every node is tried; the first failure is reported at the end.
-            Err(f) => failed.push(f.into_error(&format!("releasing lock {name} at {}", conn.target))),
+            Err(f) => failed.push(f.into_error(&format!(
+                "releasing lock {name} at {}{}",
+                conn.target,
+                redis.source_note()
+            ))),
         }
     }
     if failed.len() == nodes.len() || (released.is_empty() && !failed.is_empty()) {

@@ -475,6 +475,26 @@ fn an_unreachable_default_redis_says_it_is_the_default() {
     );
 }
 
+/// A URL from the environment is named with its variable when it cannot be reached, in the
+/// run's error and in `status` and `release --force`.
+#[test]
+fn an_unreachable_redis_names_the_variable_its_url_came_from() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    for var in ["REDLOCK_REDIS_URL", "REDIS_URL"] {
+        for args in [
+            &["-k", "lock:env", "--", "true"][..],
+            &["status", "-k", "lock:env"][..],
+            &["release", "-k", "lock:env", "--force"][..],
+        ] {
+            let r = run(wrapper().env(var, &url).args(args), LIMIT);
+            assert_eq!(r.code, 69, "{var} {args:?}: {}", r.stderr);
+            assert!(r.stderr.contains(&format!("{url} (from {var})")), "{var} {args:?}: {}", r.stderr);
+        }
+    }
+    let r = run(wrapper().args(["--redis-url", &url, "-k", "lock:env", "--", "true"]), LIMIT);
+    assert!(r.stderr.contains(&format!("cannot reach Redis at {url}: ")), "{}", r.stderr);
+}
+
 /// clap's errors speak in the tool's style, and never suggest `-- -x` (after `--` comes the
 /// command, so that would run a command named `-x`).
 #[test]
