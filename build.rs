@@ -3,14 +3,21 @@
 use std::process::Command;
 
 fn main() {
-    let commit = Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|out| out.status.success())
-        .and_then(|out| String::from_utf8(out.stdout).ok())
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty());
+    // Only this project's own checkout counts (a crate unpacked inside some other git
+    // repository must not report that one's commit); a packaged crate names the commit it was
+    // packaged from in .cargo_vcs_info.json.
+    let commit = if std::path::Path::new(".git").exists() {
+        Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+    } else {
+        packaged_commit()
+    };
     let build = match commit {
         Some(commit) => format!(" (commit {commit}; TLS: rustls with ring)"),
         None => " (TLS: rustls with ring)".to_owned(),
@@ -28,4 +35,11 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// The commit in `.cargo_vcs_info.json` (`"sha1": "…"`), written by `cargo package`.
+fn packaged_commit() -> Option<String> {
+    let info = std::fs::read_to_string(".cargo_vcs_info.json").ok()?;
+    let sha = info.split("\"sha1\"").nth(1)?.split('"').nth(1)?;
+    (sha.len() >= 12 && sha.bytes().all(|b| b.is_ascii_hexdigit())).then(|| sha[..12].to_owned())
 }
