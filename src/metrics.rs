@@ -6,26 +6,71 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Every outcome a run can have; the metric carries all of them, 1 for the one that happened,
-/// so alerts need no absent() juggling.
-pub const OUTCOMES: [&str; 11] = [
-    "success",
-    "failed",
-    "busy",
-    "skipped",
-    "lost",
-    "timeout",
-    "unavailable",
-    "unlocked",
-    "interrupted",
-    "not_run",
-    "error",
-];
+/// How a run ended, as the `outcome` label of `redlock_run_outcome` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command ran under the lock and exited 0.
+    Success,
+    /// The command ran under the lock and failed.
+    Failed,
+    /// Someone else held the lock.
+    Busy,
+    /// `--idempotency-key`: a run with this ID already succeeded.
+    Skipped,
+    /// The lock was lost and the command stopped.
+    Lost,
+    /// `--max-runtime` stopped the command.
+    Timeout,
+    /// Redis could not be used; nothing ran.
+    Unavailable,
+    /// `--fail-open`: the command ran without a lock.
+    Unlocked,
+    /// A signal arrived before the command started.
+    Interrupted,
+    /// The command could not be started.
+    NotRun,
+    /// Anything else.
+    Error,
+}
+
+impl Outcome {
+    /// Every outcome: the metric carries all of them, 1 for the one that happened, so alerts
+    /// need no absent() juggling.
+    pub const ALL: [Outcome; 11] = [
+        Outcome::Success,
+        Outcome::Failed,
+        Outcome::Busy,
+        Outcome::Skipped,
+        Outcome::Lost,
+        Outcome::Timeout,
+        Outcome::Unavailable,
+        Outcome::Unlocked,
+        Outcome::Interrupted,
+        Outcome::NotRun,
+        Outcome::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Failed => "failed",
+            Outcome::Busy => "busy",
+            Outcome::Skipped => "skipped",
+            Outcome::Lost => "lost",
+            Outcome::Timeout => "timeout",
+            Outcome::Unavailable => "unavailable",
+            Outcome::Unlocked => "unlocked",
+            Outcome::Interrupted => "interrupted",
+            Outcome::NotRun => "not_run",
+            Outcome::Error => "error",
+        }
+    }
+}
 
 /// What one run did, gathered along the way.
 #[derive(Debug, Default, Clone)]
 pub struct Report {
-    pub outcome: Option<&'static str>,
+    pub outcome: Option<Outcome>,
     pub exit_status: u8,
     pub command_status: Option<u8>,
     pub acquire_wait: Option<Duration>,
@@ -47,8 +92,8 @@ pub fn write(path: &Path, key: &[u8], report: &Report) {
 fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
     let label = format!("key=\"{}\"", escape_label(&String::from_utf8_lossy(key)));
-    let outcome = report.outcome.unwrap_or("error");
-    let last_success = if outcome == "success" { Some(now) } else { previous_success(path, &label) };
+    let outcome = report.outcome.unwrap_or(Outcome::Error);
+    let last_success = if outcome == Outcome::Success { Some(now) } else { previous_success(path, &label) };
 
     let mut t = String::new();
     let mut gauge = |name: &str, help: &str, lines: &[(String, f64)]| {
@@ -59,9 +104,9 @@ fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
     };
     let one = |value: f64| vec![(label.clone(), value)];
     gauge("redlock_run_last_run_timestamp_seconds", "When the last run ended (unix time).", &one(now));
-    let outcomes: Vec<_> = OUTCOMES
+    let outcomes: Vec<_> = Outcome::ALL
         .iter()
-        .map(|o| (format!("{label},outcome=\"{o}\""), if *o == outcome { 1.0 } else { 0.0 }))
+        .map(|o| (format!("{label},outcome=\"{}\"", o.label()), if *o == outcome { 1.0 } else { 0.0 }))
         .collect();
     gauge("redlock_run_outcome", "Outcome of the last run: 1 for what happened, 0 for the rest.", &outcomes);
     gauge(

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::exit::Error;
 use crate::lock::renewer::Renewer;
 use crate::lock::{Conn, Fault, Lock, Released, Success};
-use crate::metrics::{self, Report};
+use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 
@@ -31,12 +31,12 @@ pub async fn run(config: Config) -> Result<u8, Error> {
     };
     if report.outcome.is_none() {
         report.outcome = Some(match &result {
-            Ok(_) => "error",
-            Err(Error::Busy { .. }) => "busy",
-            Err(Error::Unavailable(_)) => "unavailable",
-            Err(Error::Interrupted { .. }) => "interrupted",
-            Err(Error::Spawn { .. }) => "not_run",
-            Err(_) => "error",
+            Ok(_) => RunOutcome::Error,
+            Err(Error::Busy { .. }) => RunOutcome::Busy,
+            Err(Error::Unavailable(_)) => RunOutcome::Unavailable,
+            Err(Error::Interrupted { .. }) => RunOutcome::Interrupted,
+            Err(Error::Spawn { .. }) => RunOutcome::NotRun,
+            Err(_) => RunOutcome::Error,
         });
     }
     if let Some(path) = &config.metrics_file {
@@ -69,11 +69,11 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         Outcome::Acquired { fence, lease } => (fence, lease),
         Outcome::AlreadyDone { record } => {
             tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {}", already_done(config, &record));
-            report.outcome = Some("skipped");
+            report.outcome = Some(RunOutcome::Skipped);
             return Ok(0);
         }
         Outcome::Unlocked { reason } => {
-            report.outcome = Some("unlocked");
+            report.outcome = Some(RunOutcome::Unlocked);
             return run_unlocked(config, &mut signals, &reason, report).await;
         }
     };
@@ -150,10 +150,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     report.renewal_failures = ended.renewal_failures;
     report.lost = ended.lost;
     report.outcome = Some(match ended.stopped {
-        Some(StopReason::LeaseLost) => "lost",
-        Some(StopReason::MaxRuntime) => "timeout",
-        _ if ended.code == 0 => "success",
-        _ => "failed",
+        Some(StopReason::LeaseLost) => RunOutcome::Lost,
+        Some(StopReason::MaxRuntime) => RunOutcome::Timeout,
+        _ if ended.code == 0 => RunOutcome::Success,
+        _ => RunOutcome::Failed,
     });
     Ok(ended.code)
 }
