@@ -54,11 +54,8 @@ pub struct Cli {
     #[command(subcommand)]
     pub action: Option<Action>,
 
-    /// Lock key, used verbatim
-    ///
-    /// Any bytes the shell can pass, up to 64 KiB.
-    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", required = true, value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
-    pub key: Option<OsString>,
+    #[command(flatten)]
+    pub key: KeyArg,
 
     /// Lease length: how long the lock lives unrenewed
     ///
@@ -77,7 +74,7 @@ pub struct Cli {
     /// Exit status when the lock is busy (like flock -E)
     ///
     /// The status when someone else holds the lock (after --wait, if given).
-    #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, value_parser = clap::value_parser!(u8), help_heading = "Lock")]
+    #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, help_heading = "Lock")]
     pub busy_exit_code: u8,
 
     /// Hold the lock at least this long
@@ -90,7 +87,7 @@ pub struct Cli {
     /// Succeed at most once per ID
     ///
     /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0.
-    #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", value_parser = clap::value_parser!(OsString), help_heading = "Lock")]
+    #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", help_heading = "Lock")]
     pub idempotency_key: Option<OsString>,
 
     /// How long a success record is kept
@@ -165,14 +162,14 @@ pub struct Cli {
     /// Write Prometheus metrics to PATH at exit
     ///
     /// Text format, written atomically, for the node_exporter textfile collector.
-    #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Output")]
+    #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", help_heading = "Output")]
     pub metrics_file: Option<PathBuf>,
 
     #[command(flatten)]
     pub output: OutputArgs,
 
     /// The command to run and its arguments
-    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true, value_parser = clap::value_parser!(OsString))]
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 
@@ -233,9 +230,8 @@ pub enum Action {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Lock key, used verbatim
-    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString))]
-    pub key: OsString,
+    #[command(flatten)]
+    pub key: KeyArg,
 
     /// Print one JSON object instead of text
     #[arg(long)]
@@ -250,9 +246,8 @@ pub struct StatusArgs {
 
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
-    /// Lock key, used verbatim
-    #[arg(short, long, env = "REDLOCK_KEY", value_name = "KEY", value_parser = clap::value_parser!(OsString))]
-    pub key: OsString,
+    #[command(flatten)]
+    pub key: KeyArg,
 
     /// Required: a forced release can let two runs overlap
     ///
@@ -272,6 +267,26 @@ pub struct ReleaseArgs {
     pub output: OutputArgs,
 }
 
+/// `--key`, the same for a run and for `status` and `release`.
+#[derive(Debug, Args)]
+pub struct KeyArg {
+    /// Lock key, used verbatim
+    ///
+    /// Any bytes the shell can pass, up to 64 KiB.
+    // Required; a subcommand lifts the requirement at the top level (`subcommand_negates_reqs`)
+    // and has its own.
+    #[arg(
+        id = "key",
+        short = 'k',
+        long = "key",
+        env = "REDLOCK_KEY",
+        value_name = "KEY",
+        required = true,
+        help_heading = "Lock"
+    )]
+    pub value: Option<OsString>,
+}
+
 /// Where Redis is, how to reach it safely, and how long to wait for it.
 #[derive(Debug, Args)]
 pub struct RedisArgs {
@@ -287,25 +302,37 @@ pub struct RedisArgs {
     ///
     /// Its first line, so that the password never sits in argv [the password can also come
     /// from the URL or REDLOCK_PASSWORD].
-    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", help_heading = "Redis connection")]
     pub password_file: Option<PathBuf>,
 
     /// CA certificates (PEM) to verify the server with
     ///
     /// Instead of the system's certificates.
-    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", help_heading = "Redis connection")]
     pub tls_ca_file: Option<PathBuf>,
 
     /// Client certificate (PEM) for mutual TLS
     ///
     /// Needs --tls-key-file.
-    #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_key_file", help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CERT_FILE",
+        value_name = "PATH",
+        requires = "tls_key_file",
+        help_heading = "Redis connection"
+    )]
     pub tls_cert_file: Option<PathBuf>,
 
     /// Client private key (PEM) for mutual TLS
     ///
     /// Needs --tls-cert-file.
-    #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "PATH", value_parser = clap::value_parser!(PathBuf), requires = "tls_cert_file", help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_KEY_FILE",
+        value_name = "PATH",
+        requires = "tls_cert_file",
+        help_heading = "Redis connection"
+    )]
     pub tls_key_file: Option<PathBuf>,
 
     /// Do not verify the server's certificate

@@ -5,14 +5,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Action, Cli, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
+use crate::cli::{Action, Cli, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
 use crate::exit::Error;
-
-/// The lease arithmetic's allowance for clock drift and request latency (the Redlock spec's):
-/// `ttl/100 + 2ms`.
-pub fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
+use crate::lock::drift;
 
 /// SIGKILL goes to the command this long before the lease deadline, whatever `--kill-grace` is
 /// (timer granularity and scheduling delay must not let it outlive the lease). The supervisor's
@@ -249,7 +244,9 @@ pub const WRAPPER_VARIABLES: [&str; 28] = [
 /// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
 
-fn key(raw: &OsString) -> Result<Vec<u8>, Error> {
+/// `--key` (clap has made sure that it is there).
+fn key(arg: &KeyArg) -> Result<Vec<u8>, Error> {
+    let raw = arg.value.as_ref().ok_or_else(|| usage("--key is required"))?;
     if raw.is_empty() {
         return Err(usage("--key must not be empty"));
     }
@@ -456,7 +453,7 @@ pub struct Config {
 
 impl Config {
     fn from_cli(cli: Cli) -> Result<Self, Error> {
-        let key = key(cli.key.as_ref().ok_or_else(|| usage("--key is required"))?)?;
+        let key = key(&cli.key)?;
         let ttl = duration("--ttl", &cli.ttl)?;
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
         let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));

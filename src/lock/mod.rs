@@ -20,7 +20,7 @@ use crate::config::Idempotency;
 
 pub use conn::{Conn, Fault, redact_url};
 pub use keys::Keys;
-pub use lease::Lease;
+pub use lease::{Lease, drift};
 pub use values::{Holder, Success, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
