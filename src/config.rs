@@ -65,7 +65,9 @@ impl LogFormat {
 /// Where diagnostics go and how many.
 #[derive(Debug, Clone, Copy)]
 pub struct Output {
+    /// How much goes to stderr (`-q`, `-v`, `-vv`).
     pub verbosity: Verbosity,
+    /// Text or JSON lines (`--log-format`).
     pub format: LogFormat,
 }
 
@@ -76,11 +78,15 @@ pub struct RedisConfig {
     pub url: String,
     /// Where the URL came from, for messages: `--redis-url`, `REDLOCK_REDIS_URL` or `REDIS_URL`.
     pub url_source: &'static str,
+    /// One node, Sentinel, Cluster or a Redlock quorum.
     pub topology: Topology,
     /// From --password-file or REDLOCK_PASSWORD; overrides the URL's.
     pub password: Option<String>,
+    /// TLS material and whether to verify (used with rediss:// URLs).
     pub tls: Tls,
+    /// Bound on establishing one connection.
     pub connect_timeout: Duration,
+    /// Bound on one request.
     pub command_timeout: Duration,
 }
 
@@ -122,8 +128,11 @@ impl RedisConfig {
 /// TLS material, read from the files at start-up.
 #[derive(Clone, Default)]
 pub struct Tls {
+    /// PEM CA certificates to trust instead of the system's (`--tls-ca-file`).
     pub ca: Option<Vec<u8>>,
+    /// PEM client certificate and key for mutual TLS (`--tls-cert-file`, `--tls-key-file`).
     pub client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Skip verifying the server (`--tls-insecure`).
     pub insecure: bool,
 }
 
@@ -426,28 +435,47 @@ fn read_password(path: &std::path::Path) -> Result<String, Error> {
 /// `--idempotency-key`: the ID of a run whose success is recorded, and for how long.
 #[derive(Debug, Clone)]
 pub struct Idempotency {
+    /// The run's ID (`--idempotency-key`), as bytes.
     pub id: Vec<u8>,
+    /// How long a success record lives (`--idempotency-ttl`).
     pub ttl: Duration,
 }
 
+/// A run, validated: every duration parsed and the lease arithmetic checked.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The lock key, as bytes (`--key`; at most `MAX_KEY_LEN`).
     pub key: Vec<u8>,
+    /// The lease length, whole milliseconds, as sent to Redis (`--ttl`).
     pub ttl: Duration,
+    /// How long to wait for a busy lock; zero fails at once (`--wait`).
     pub wait: Duration,
+    /// Run without a lock when Redis cannot be reached at all (`--fail-open`).
     pub fail_open: bool,
+    /// The least time the lock stays after the acquisition, the command's end notwithstanding
+    /// (`--min-hold`; zero when not given).
     pub min_hold: Duration,
+    /// `--idempotency-key` and how long its success record lives.
     pub idempotency: Option<Idempotency>,
+    /// The renewal period (`--renew-every`, or ttl/3).
     pub renew_every: Duration,
+    /// SIGTERM to SIGKILL (`--kill-grace`, or min(10s, ttl/6)).
     pub kill_grace: Duration,
+    /// What a lost lock does to the command (`--on-lost`).
     pub on_lost: OnLost,
+    /// When the command is stopped whatever else happens (`--max-runtime`).
     pub max_runtime: Option<Duration>,
     /// Start the command with PR_SET_NO_NEW_PRIVS (`--no-new-privs`).
     pub no_new_privs: bool,
+    /// The exit status of a busy lock (`--busy-exit-code`).
     pub busy_exit_code: u8,
+    /// Where Redis is and how to talk to it.
     pub redis: RedisConfig,
+    /// Where to write the metrics at exit (`--metrics-file`).
     pub metrics_file: Option<PathBuf>,
+    /// Which diagnostics go to stderr, and in which format.
     pub output: Output,
+    /// The command and its arguments, never empty.
     pub command: Vec<OsString>,
 }
 
