@@ -1,5 +1,5 @@
-//! Taking the lock (SPEC §6): try once or wait for a release, ride out a Redis outage with
-//! backoff, and fail closed — or open, when asked.
+//! Taking the lock (README § Waiting, outages and once-per-day): try once or wait for a
+//! release, ride out a Redis outage with backoff, and fail closed — or open, when asked.
 
 use std::time::Duration;
 

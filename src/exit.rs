@@ -1,4 +1,5 @@
-//! The exit-status table (SPEC §7) in one place, and the error type that maps onto it.
+//! The exit-status table (README § Exit status) in one place, and the error type that maps
+//! onto it.
 
 use std::time::Duration;
 

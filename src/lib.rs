@@ -2,6 +2,7 @@
 //!
 //! Data flows one way: command line (`cli`) → validated `config::Config` → the lock in Redis
 //! (`lock`) and the supervised command (`child`, `supervise`) → an exit status (`exit`).
+//! docs/ARCHITECTURE.md is the map.
 
 mod acquire;
 mod backoff;
