@@ -15,6 +15,7 @@ mod lock;
 mod logging;
 mod metrics;
 mod operator;
+mod release;
 mod run;
 mod signals;
 mod supervise;

@@ -5,22 +5,18 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep};
+use tokio::time::Instant;
 
 use crate::acquire::{Outcome, acquire};
-use crate::backoff::full_jitter;
 use crate::child::{Child, LockEnv};
 use crate::config::Config;
 use crate::exit::Error;
 use crate::lock::renewer::Renewer;
-use crate::lock::{Conn, Fault, Lock, Released, Success};
+use crate::lock::{Conn, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
+use crate::release::release;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
-
-/// Bounds on the release after the command has ended.
-const RELEASE_TRIES: u32 = 3;
-const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut report = Report::default();
@@ -189,59 +185,6 @@ async fn run_unlocked(
     }
     report.command_status = ended.command_code;
     Ok(ended.code)
-}
-
-/// Releases the lock (or, with `keep`, shortens it to the rest of `--min-hold`), bounded in
-/// time and tries, and reports it as one `released` event. Failure is a warning, never a change
-/// of exit status: the key then expires by itself within the TTL.
-async fn release(
-    lock: &mut Lock,
-    key: &str,
-    keep: Duration,
-    succeeded: bool,
-    acquired: Instant,
-    command_status: Option<u8>,
-) {
-    let give_up = Instant::now() + RELEASE_BUDGET;
-    let mut failure = String::from("timed out");
-    for attempt in 1..=RELEASE_TRIES {
-        let held_ms = acquired.elapsed().as_millis() as u64;
-        match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
-            Ok(Ok(Released::Deleted)) => {
-                return tracing::info!(key = %key, outcome = "released", held_ms, command_status, "released");
-            }
-            Ok(Ok(Released::Kept)) => {
-                let keep_ms = keep.as_millis() as u64;
-                return tracing::info!(key = %key, outcome = "kept", held_ms, keep_ms, command_status, "released");
-            }
-            Ok(Ok(Released::NotOurs)) => {
-                return tracing::warn!(
-                    key = %key,
-                    outcome = "not-owner",
-                    held_ms,
-                    command_status,
-                    "released: the lock was no longer this run's (expired or taken over); left untouched"
-                );
-            }
-            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) if attempt < RELEASE_TRIES => {
-                tracing::debug!("release failed, retrying: {msg}");
-                failure = msg;
-                sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;
-            }
-            Ok(Err(fault)) => {
-                failure = fault.to_string();
-                break;
-            }
-            Err(_) => break,
-        }
-    }
-    tracing::warn!(
-        key = %key,
-        outcome = "unknown",
-        held_ms = acquired.elapsed().as_millis() as u64,
-        command_status,
-        "released: could not confirm the release ({failure}); the lock expires by itself within the TTL"
-    );
 }
 
 /// "a run with --idempotency-key ID already succeeded on HOST at TIME".

@@ -1,0 +1,68 @@
+//! Giving the lock back after the command has ended: compare-and-delete (or, with
+//! `--min-hold`, shortening the lease to what is left of it), retried within a small budget.
+//! The run's three retry schedules sit side by side: `acquire.rs`, `renew.rs` and this one;
+//! `lock/` makes single attempts.
+
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep};
+
+use crate::backoff::full_jitter;
+use crate::lock::{Fault, Lock, Released};
+
+/// Bounds on the release after the command has ended.
+const RELEASE_TRIES: u32 = 3;
+const RELEASE_BUDGET: Duration = Duration::from_secs(3);
+
+/// Releases the lock (or, with `keep`, shortens it to the rest of `--min-hold`), bounded in
+/// time and tries, and reports it as one `released` event. Failure is a warning, never a change
+/// of exit status: the key then expires by itself within the TTL.
+pub async fn release(
+    lock: &mut Lock,
+    key: &str,
+    keep: Duration,
+    succeeded: bool,
+    acquired: Instant,
+    command_status: Option<u8>,
+) {
+    let give_up = Instant::now() + RELEASE_BUDGET;
+    let mut failure = String::from("timed out");
+    for attempt in 1..=RELEASE_TRIES {
+        let held_ms = acquired.elapsed().as_millis() as u64;
+        match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
+            Ok(Ok(Released::Deleted)) => {
+                return tracing::info!(key = %key, outcome = "released", held_ms, command_status, "released");
+            }
+            Ok(Ok(Released::Kept)) => {
+                let keep_ms = keep.as_millis() as u64;
+                return tracing::info!(key = %key, outcome = "kept", held_ms, keep_ms, command_status, "released");
+            }
+            Ok(Ok(Released::NotOurs)) => {
+                return tracing::warn!(
+                    key = %key,
+                    outcome = "not-owner",
+                    held_ms,
+                    command_status,
+                    "released: the lock was no longer this run's (expired or taken over); left untouched"
+                );
+            }
+            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) if attempt < RELEASE_TRIES => {
+                tracing::debug!("release failed, retrying: {msg}");
+                failure = msg;
+                sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;
+            }
+            Ok(Err(fault)) => {
+                failure = fault.to_string();
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    tracing::warn!(
+        key = %key,
+        outcome = "unknown",
+        held_ms = acquired.elapsed().as_millis() as u64,
+        command_status,
+        "released: could not confirm the release ({failure}); the lock expires by itself within the TTL"
+    );
+}
