@@ -187,6 +187,38 @@ impl Cli {
     }
 }
 
+/// The variable behind clap's "invalid UTF-8" error: one set to bytes that are not UTF-8, for an
+/// option that takes text (keys and paths take any bytes).
+pub fn non_utf8_variable() -> Option<String> {
+    let takes_bytes = |a: &clap::Arg| {
+        let id = a.get_value_parser().type_id();
+        id == std::any::TypeId::of::<OsString>() || id == std::any::TypeId::of::<PathBuf>()
+    };
+    let cmd = Cli::command();
+    let args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
+    args.filter(|a| !takes_bytes(a))
+        .filter_map(|a| a.get_env())
+        .find(|var| std::env::var_os(var).is_some_and(|v| v.to_str().is_none()))
+        .map(|var| var.to_string_lossy().into_owned())
+}
+
+/// The environment variable a rejected value came from: that of the option `flag` (`--ttl`, as
+/// clap's error names it) when the option is not on the command line.
+pub fn value_from_variable(flag: &str) -> Option<String> {
+    let long = flag.split([' ', '=']).next()?.strip_prefix("--")?;
+    let cmd = Cli::command();
+    let mut args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
+    let arg = args.find(|a| a.get_long() == Some(long))?;
+    let var = arg.get_env()?.to_str()?.to_owned();
+    let given = std::env::args_os().skip(1).take_while(|a| a != "--").any(|a| {
+        let a = a.to_string_lossy();
+        a == format!("--{long}")
+            || a.starts_with(&format!("--{long}="))
+            || arg.get_short().is_some_and(|c| !a.starts_with("--") && a.starts_with('-') && a.contains(c))
+    });
+    (!given && std::env::var_os(&var).is_some()).then_some(var)
+}
+
 /// Whether the wrapper's own arguments (those before `--`) include `-h`, alone or among other
 /// short flags (`-vh`). Wrong guesses cost nothing: hiding details changes only help text.
 fn asks_for_summary(args: &[OsString]) -> bool {

@@ -97,21 +97,33 @@ fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitC
 /// value, use '-- -x'" is wrong for a wrapper, where whatever follows `--` is the command: it is
 /// replaced by one that fits.
 fn usage_error(e: &clap::Error) -> String {
-    use clap::error::{ContextKind, ContextValue};
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() == ErrorKind::InvalidUtf8
+        && let Some(var) = cli::non_utf8_variable()
+    {
+        return format!("redlock-run: error: {var} is not valid UTF-8\n");
+    }
     let rendered = e.render().to_string();
     let arg = match e.get(ContextKind::InvalidArg) {
         Some(ContextValue::String(arg)) => arg.as_str(),
         _ => "",
     };
-    let tip = if matches!(arg, "-n" | "-E") || arg.starts_with("-E") {
+    let from_variable = match e.kind() {
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation => cli::value_from_variable(arg),
+        _ => None,
+    };
+    let mut tip = if let Some(var) = &from_variable {
+        Some(format!("the value comes from the environment: {var}"))
+    } else if matches!(arg, "-n" | "-E") || arg.starts_with("-E") {
         Some(
             "-n and -E are flock(1) flags: redlock-run fails at once when the lock is busy (--wait 0 \
-             is the default) and then exits with --busy-exit-code N (75 by default)",
+             is the default) and then exits with --busy-exit-code N (75 by default)"
+                .to_owned(),
         )
     } else if arg.strip_prefix('-').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())) {
-        Some("durations and numbers cannot be negative")
-    } else if arg.starts_with('-') {
-        Some("to give an option a value that starts with '-', write --option=VALUE")
+        Some("durations and numbers cannot be negative".to_owned())
+    } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {
+        Some("to give an option a value that starts with '-', write --option=VALUE".to_owned())
     } else {
         None
     };
@@ -127,7 +139,7 @@ fn usage_error(e: &clap::Error) -> String {
             out.push_str("redlock-run: ");
             out.push_str(line);
             out.push('\n');
-            if let Some(tip) = tip {
+            if let Some(tip) = tip.take() {
                 out.push_str(&format!("\n  tip: {tip}\n"));
             }
             continue;

@@ -564,3 +564,29 @@ fn dash_h_is_a_one_line_per_option_summary_and_help_the_details() {
     let r = run(wrapper().args(["-k", "k", "--redis-url", "redis://127.0.0.1:1", "--", "-h"]), LIMIT);
     assert_eq!(r.code, 69, "{}", r.stderr);
 }
+
+/// A bad value from the environment names its variable, also when it is not UTF-8; the tip
+/// about values starting with '-' is given only for an unknown option.
+#[test]
+fn a_bad_value_from_the_environment_names_its_variable() {
+    use std::ffi::OsStr;
+    let r =
+        run(wrapper().env("REDLOCK_TTL", OsStr::from_bytes(b"\xff")).args(["-k", "k", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("REDLOCK_TTL is not valid UTF-8"), "{}", r.stderr);
+    for (var, value) in
+        [("REDLOCK_LOG_FORMAT", "xml"), ("REDLOCK_FAIL_OPEN", "2"), ("REDLOCK_BUSY_EXIT_CODE", "300")]
+    {
+        let r = run(wrapper().env(var, value).args(["-k", "k", "--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{var}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("the value comes from the environment: {var}")),
+            "{var}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("--option=VALUE"), "{var}: {}", r.stderr);
+    }
+    let r = run(wrapper().args(["--log-format", "xml", "-k", "k", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(!r.stderr.contains("environment"), "given on the command line: {}", r.stderr);
+}
