@@ -111,7 +111,8 @@ _redlock_run() {
     while (( i < cword )); do
         word=${words[i]}
         if [[ $word == -- ]]; then
-            _redlock_run_command $(( i + 1 ))
+            # After a subcommand's options nothing may follow.
+            [[ -z $sub ]] && _redlock_run_command $(( i + 1 ))
             return
         elif _redlock_run_takes_value "$sub" "$word"; then
             if (( i + 1 == cword )); then

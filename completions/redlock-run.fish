@@ -35,6 +35,11 @@ function __redlock_run_state
         set -l word $words[1]
         set -e words[1]
         if test "$word" = --
+            # After a subcommand's options nothing may follow.
+            if test -n "$sub"
+                echo none
+                return
+            end
             echo command
             set -q words[1]
             and printf '%s\n' $words
@@ -81,8 +86,12 @@ end
 
 # Programs and paths: the wrapper runs a program, never a fish builtin or function.
 function __redlock_run_programs
+    set -l token (commandline -ct)
+    # No program's name starts with '-' (and `complete -C` would read it as an option).
+    string match -q -- '-*' $token
+    and return
     set -l inner (builtin -n) (functions -an)
-    for line in (complete -C (commandline -ct))
+    for line in (complete -C "$token")
         set -l name (string split -m1 \t -- $line)[1]
         if not contains -- $name $inner; or command -q -- $name
             echo $line
@@ -123,7 +132,7 @@ complete -c redlock-run -n '__redlock_run_at top' -l command-timeout -d 'Bound o
 complete -c redlock-run -n '__redlock_run_at top' -l metrics-file -d 'Write Prometheus metrics to PATH at exit' -rF
 complete -c redlock-run -n '__redlock_run_at top' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
 complete -c redlock-run -n '__redlock_run_at top' -s q -l quiet -d 'Only errors on stderr'
-complete -c redlock-run -n '__redlock_run_at top' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
+complete -c redlock-run -n '__redlock_run_at top' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'redlock-run: level: message field=value …'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at top' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at top' -s V -l version -d 'Print version'
@@ -142,7 +151,7 @@ complete -c redlock-run -n '__redlock_run_at status' -l connect-timeout -d 'Boun
 complete -c redlock-run -n '__redlock_run_at status' -l command-timeout -d 'Bound on each Redis request' -x
 complete -c redlock-run -n '__redlock_run_at status' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
 complete -c redlock-run -n '__redlock_run_at status' -s q -l quiet -d 'Only errors on stderr'
-complete -c redlock-run -n '__redlock_run_at status' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
+complete -c redlock-run -n '__redlock_run_at status' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'redlock-run: level: message field=value …'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at status' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key, used verbatim' -x
@@ -161,6 +170,6 @@ complete -c redlock-run -n '__redlock_run_at release' -l connect-timeout -d 'Bou
 complete -c redlock-run -n '__redlock_run_at release' -l command-timeout -d 'Bound on each Redis request' -x
 complete -c redlock-run -n '__redlock_run_at release' -s v -l verbose -d 'More diagnostics (-v: info, -vv: debug)'
 complete -c redlock-run -n '__redlock_run_at release' -s q -l quiet -d 'Only errors on stderr'
-complete -c redlock-run -n '__redlock_run_at release' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'`redlock-run: level: message field=value …`'
+complete -c redlock-run -n '__redlock_run_at release' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'redlock-run: level: message field=value …'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at release' -s h -l help -d 'Print help (see more with \'--help\')'

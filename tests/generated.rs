@@ -221,6 +221,11 @@ const CASES: &[(&str, Offers)] = &[
     ("redlock-run -k x -- --t", Exactly(&[])),
     ("redlock-run --password-file /et", Including(&["/etc"], &[])),
     ("redlock-run --redis-url redis://h:1 -k x -- cat /et", Including(&["/etc"], &[])),
+    // A command called status or release, after options or `--`, is not the subcommand.
+    ("redlock-run -k x -- release --f", Exactly(&[])),
+    ("redlock-run -k x release --f", Exactly(&[])),
+    // Nothing follows a subcommand's `--`.
+    ("redlock-run status -- ", Exactly(&[])),
 ];
 
 /// Cases that need the shell's completion of another command (bash: the bash-completion
@@ -320,6 +325,24 @@ fn fish_completes_each_level_its_values_and_the_command() {
         got.iter().map(|g| g.rsplit('=').next().unwrap_or(g).to_owned()).collect()
     });
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Descriptions are data: zsh must not run what a help text encloses in backquotes, and fish
+/// must not print errors for an option prefix.
+#[test]
+fn completing_runs_nothing_and_prints_no_errors() {
+    let zsh = std::fs::read_to_string(here("completions/_redlock-run")).unwrap();
+    for line in zsh.lines().filter(|l| l.trim_start().starts_with('\'')) {
+        assert!(!line.contains('`') && !line.contains("$("), "an expansion in a zsh spec: {line}");
+    }
+    let script = here("completions/redlock-run.fish");
+    for line in ["redlock-run --", "redlock-run -k foo --on", "redlock-run -k foo -- --"] {
+        let out = std::process::Command::new("fish")
+            .args(["-c", &format!("source {script}; complete -C {}", fish_quote(line))])
+            .output()
+            .expect("fish");
+        assert!(out.stderr.is_empty(), "fish {line:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 fn fish_quote(text: &str) -> String {

@@ -116,9 +116,10 @@ fn level(cmd: &Command, name: &str) -> Level {
     }
 }
 
-/// A description on one line, without the bracketed notes of `--help`.
+/// A description on one line, without the bracketed notes of `--help` and without backquotes
+/// (zsh would run what they enclose).
 fn one_line(text: &str) -> String {
-    let text = text.split(" [").next().unwrap_or_default();
+    let text = text.split(" [").next().unwrap_or_default().replace('`', "");
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -271,7 +272,8 @@ _{stem}() {{
     while (( i < cword )); do
         word=${{words[i]}}
         if [[ $word == -- ]]; then
-            _{stem}_command $(( i + 1 ))
+            # After a subcommand's options nothing may follow.
+            [[ -z $sub ]] && _{stem}_command $(( i + 1 ))
             return
         elif _{stem}_takes_value "$sub" "$word"; then
             if (( i + 1 == cword )); then
@@ -311,6 +313,11 @@ complete -F _{stem} {bin}
     out
 }
 
+/// A description inside double quotes in a spec: nothing in it may expand.
+fn zsh_quoted(text: &str) -> String {
+    zsh_text(text).replace('"', r#"\""#).replace('$', r"\$").replace('`', r"\`")
+}
+
 /// Text inside a zsh `_arguments` spec's `[…]` description or `:message:`.
 fn zsh_text(text: &str) -> String {
     text.replace('\\', r"\\")
@@ -328,10 +335,8 @@ fn zsh_specs(level: &Level) -> String {
         let action = match &opt.value {
             None => String::new(),
             Some(Value::Words(words)) => {
-                let items: Vec<String> = words
-                    .iter()
-                    .map(|(w, h)| format!(r#"{w}\:"{}""#, zsh_text(h).replace('"', r#"\""#)))
-                    .collect();
+                let items: Vec<String> =
+                    words.iter().map(|(w, h)| format!(r#"{w}\:"{}""#, zsh_quoted(h))).collect();
                 format!(":{}:(({}))", zsh_text(&opt_value_name(opt)), items.join(" "))
             }
             Some(Value::Path) => format!(":{}:_files", zsh_text(&opt_value_name(opt))),
@@ -361,15 +366,12 @@ pub fn zsh(m: &Model) -> String {
     let bin = &m.bin;
     let mut out = format!("#compdef {bin}\n# {HEADER}\n\n_{bin}() {{\n");
     out.push_str(
-        "    local curcontext=$curcontext state state_descr line ret=1\n    typeset -A opt_args\n\n    _arguments -s -S -C : \\\n",
+        "    local curcontext=$curcontext state state_descr line ret=1\n    typeset -A opt_args\n    # The whole line: _arguments narrows words to the command's own.\n    local -a all_words=(\"${words[@]}\")\n\n    _arguments -s -S -C : \\\n",
     );
     out.push_str(&zsh_specs(&m.top));
     out.push_str("    ': :->first' \\\n    '*:: :->rest' && ret=0\n\n");
-    let subs: Vec<String> = m
-        .subs
-        .iter()
-        .map(|s| format!(r#"{}\:"{}""#, s.name, zsh_text(&s.about).replace('"', r#"\""#)))
-        .collect();
+    let subs: Vec<String> =
+        m.subs.iter().map(|s| format!(r#"{}\:"{}""#, s.name, zsh_quoted(&s.about))).collect();
     out.push_str(&format!(
         r#"    case $state in
         first)
@@ -384,7 +386,10 @@ pub fn zsh(m: &Model) -> String {
             fi
             ;;
         rest)
-            case $line[1] in
+            # A subcommand only as the first word; anything else is the command.
+            local first=$line[1]
+            [[ $all_words[2] == "$first" ]] || first=
+            case $first in
 "#,
         subs = subs.join(" ")
     ));
@@ -454,6 +459,11 @@ function {stem}_state
         set -l word $words[1]
         set -e words[1]
         if test "$word" = --
+            # After a subcommand's options nothing may follow.
+            if test -n "$sub"
+                echo none
+                return
+            end
             echo command
             set -q words[1]
             and printf '%s\n' $words
@@ -500,8 +510,12 @@ end
 
 # Programs and paths: the wrapper runs a program, never a fish builtin or function.
 function {stem}_programs
+    set -l token (commandline -ct)
+    # No program's name starts with '-' (and `complete -C` would read it as an option).
+    string match -q -- '-*' $token
+    and return
     set -l inner (builtin -n) (functions -an)
-    for line in (complete -C (commandline -ct))
+    for line in (complete -C "$token")
         set -l name (string split -m1 \t -- $line)[1]
         if not contains -- $name $inner; or command -q -- $name
             echo $line
