@@ -124,3 +124,18 @@ fn every_flag_in_help_is_in_the_readme_and_the_man_page() {
         assert!(man.contains(&flag.replace('-', "\\-")), "{flag} is missing from the man page");
     }
 }
+
+/// README's list of environment variables is complete: every variable `--help` shows is in it.
+#[test]
+fn every_environment_variable_in_help_is_in_the_readme_list() {
+    let start = README.find("can also be set with an environment variable").expect("the list");
+    let list = &README[start..start + 2000];
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let vars: BTreeSet<&str> =
+        help.split("[env: ").skip(1).filter_map(|rest| rest.split(['=', ']', ',']).next()).collect();
+    assert!(vars.len() >= 25 && vars.contains("REDLOCK_NO_NEW_PRIVS"), "{vars:?}");
+    for var in vars {
+        assert!(list.contains(&format!("`{var}`")), "{var} is missing from README's list");
+    }
+}

@@ -59,9 +59,12 @@ fn completions_and_man_page_match_the_cli() {
     for sub in command.get_subcommands() {
         // clap names take &'static str; a test can afford to leak two short strings.
         let name: &'static str = Box::leak(format!("redlock-run-{}", sub.get_name()).into_boxed_str());
+        let invoked: &'static str = Box::leak(format!("redlock-run {}", sub.get_name()).into_boxed_str());
         let mut page = Vec::new();
-        clap_mangen::Man::new(sub.clone().name(name)).render(&mut page).unwrap();
-        let page = no_url_hyphens(&String::from_utf8(page).unwrap());
+        let sub = sub.clone().name(name).display_name(name).bin_name(invoked);
+        let source = concat!("redlock-run ", env!("CARGO_PKG_VERSION"));
+        clap_mangen::Man::new(sub).source(source).render(&mut page).unwrap();
+        let page = finish_sub_page(&String::from_utf8(page).unwrap(), name);
         stale.extend(check(&format!("man/{name}.1"), page.as_bytes()));
     }
     assert!(
@@ -127,7 +130,7 @@ fn finish_main_page(page: &str) -> String {
     sections.push_str(".SH ENVIRONMENT\n");
     sections.push_str(&format!(
         "{}\n",
-        roff("Every option can be set with an environment variable; a flag on the command line wins.")
+        roff("Every option but -v can be set with an environment variable; a flag on the command line wins.")
     ));
     let mut options: Vec<(String, String)> = Cli::command()
         .get_arguments()
@@ -177,6 +180,39 @@ fn finish_main_page(page: &str) -> String {
     no_url_hyphens(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
 }
 
+/// A subcommand's page with its exit statuses and a way back to the main page.
+fn finish_sub_page(page: &str, name: &str) -> String {
+    let statuses: &[(&str, &str)] = match name {
+        "redlock-run-status" => &[
+            ("0", "the lock is held"),
+            ("1", "the lock is free"),
+            ("64", "usage error"),
+            ("69", "Redis unavailable"),
+            ("77", "Redis refused the credentials or the ACL denies a command"),
+            ("78", "configuration error"),
+        ],
+        _ => &[
+            ("0", "the lock was released"),
+            ("1", "there was nothing to release"),
+            ("64", "usage error (also: --force missing)"),
+            ("65", "the key holds another type; it was left alone"),
+            ("69", "Redis unavailable"),
+            ("77", "Redis refused the credentials or the ACL denies a command"),
+            ("78", "configuration error"),
+        ],
+    };
+    let mut sections = String::from(".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in statuses {
+        sections.push_str(&format!(".TP\n\\fB{code}\\fR\n{}\n", roff(meaning)));
+    }
+    sections.push_str(".SH \"SEE ALSO\"\n\\fBredlock\\-run\\fR(1)\n");
+    let page = match page.find(".SH VERSION\n") {
+        Some(at) => format!("{}{sections}{}", &page[..at], &page[at..]),
+        None => format!("{page}{sections}"),
+    };
+    no_url_hyphens(&page)
+}
+
 #[test]
 fn the_man_page_has_the_sections_people_look_for() {
     let mut man = Vec::new();
@@ -191,6 +227,11 @@ fn the_man_page_has_the_sections_people_look_for() {
         assert!(page.contains(&format!("\\fB{}\\fR", var.replace('-', "\\-"))), "{var}");
     }
     assert!(page.contains("\\fB125\\fR"), "the exit statuses");
+    for sub in ["status", "release"] {
+        let page = std::fs::read_to_string(here(&format!("man/redlock-run-{sub}.1"))).unwrap();
+        assert!(page.contains(".SH \"EXIT STATUS\"") && page.contains("\\fBredlock\\-run\\fR(1)"), "{sub}");
+        assert!(page.contains(&format!("redlock\\-run {sub}")), "{sub}: the synopsis names the real command");
+    }
     assert!(!page.contains(" redis://"), "URLs are not hyphenated");
 }
 
