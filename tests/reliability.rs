@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -49,10 +49,6 @@ const SLACK: Duration = Duration::from_millis(500);
 
 /// The two soak phases share the machine badly, so they take turns.
 static SOAK: Mutex<()> = Mutex::new(());
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Each phase injects every fault of its kind once, then goes on until it has had half of
 /// `SOAK_SECS` after 30 s for setting up, draining and the first rounds.
@@ -213,7 +209,7 @@ fn wrapper_loop(n: usize, shared: &Shared, mut rng: Rng) {
             rng.millis(20, 300)
         };
         let pgfile = shared.dir.join(format!("pg-{n}-{run_no}"));
-        let mut cmd = wrapper(&shared.proxy_url);
+        let mut cmd = redlock_at(&shared.proxy_url);
         cmd.args(["-k", KEY])
             .args(["--ttl", &ms(TTL), "--renew-every", &ms(RENEW_EVERY), "--kill-grace", &ms(KILL_GRACE)])
             .args(["--wait", &ms(WAIT), "--", "sh", "-c", script])
@@ -272,19 +268,6 @@ fn reap_within(mut child: Child, shared: &Shared, limit: Duration) -> Result<i32
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-/// The wrapper with a clean environment, pointed at `url`.
-fn wrapper(url: &str) -> Command {
-    let mut cmd = Command::new(BIN);
-    default_signals(&mut cmd);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd.arg("--redis-url").arg(url);
-    cmd
 }
 
 fn ms(d: Duration) -> String {
@@ -489,7 +472,7 @@ fn soak(phase: &str, faults: &[Fault]) -> SoakOutcome {
     let dir = tmp();
     let oracle = Oracle::start(dir.path());
     // Loads the scripts, so the first runs under faults are not spent on NOSCRIPT.
-    let warm = run(wrapper(&proxy.url()).args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
+    let warm = run(redlock_at(&proxy.url()).args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
 
     let shared = Arc::new(Shared {
@@ -979,7 +962,7 @@ fn exit_status_matrix() {
         if matches!(c.setting, HeldByOther | Sigterm) {
             redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"60000"]);
         }
-        let mut cmd = wrapper(&url);
+        let mut cmd = redlock_at(&url);
         cmd.args(["-k", &key]).args(c.options).env("MARKER", &marker);
         match c.cmd {
             Sh(body) => {
@@ -1093,7 +1076,7 @@ fn a_reply_lost_after_the_set_never_starts_the_command() {
     let proxy = FaultProxy::start(redis.port);
     let key = "lock:lost-reply";
     // Loads the scripts.
-    assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
+    assert_eq!(run(redlock_at(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
     let fence_before = fence_counter_ahead(&redis, key);
     let dir = tmp();
     let marker = file(&dir, "ran");
@@ -1101,7 +1084,7 @@ fn a_reply_lost_after_the_set_never_starts_the_command() {
     proxy.set(Mode::DropReplies);
     let before = proxy.counts();
     // A 3 s TTL gives a 489 ms request timeout: two attempts fit in the 1 s of retries.
-    let r = run(wrapper(&proxy.url()).args(["-k", key, "--ttl", "3s", "--", "touch"]).arg(&marker), LIMIT);
+    let r = run(redlock_at(&proxy.url()).args(["-k", key, "--ttl", "3s", "--", "touch"]).arg(&marker), LIMIT);
     let exited = Instant::now();
     let during = proxy.counts();
     assert_eq!(r.code, 69, "{}", r.stderr);
@@ -1122,7 +1105,7 @@ fn a_reply_lost_after_the_set_never_starts_the_command() {
     );
     proxy.set(Mode::Pass);
     assert_eq!(
-        run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code,
+        run(redlock_at(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code,
         0,
         "nothing left held"
     );
@@ -1136,13 +1119,13 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
     let redis = RedisServer::start();
     let proxy = FaultProxy::start(redis.port);
     let key = "lock:confirm";
-    assert_eq!(run(wrapper(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
+    assert_eq!(run(redlock_at(&proxy.url()).args(["-k", key, "--", "true"]), LIMIT).code, 0);
     let fence_before = fence_counter_ahead(&redis, key);
     let dir = tmp();
     let out = file(&dir, "fence");
     // Someone else holds the lock briefly; our waiter subscribes and waits for its expiry.
     redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"1500"]);
-    let waiter = wrapper(&proxy.url())
+    let waiter = redlock_at(&proxy.url())
         .args([
             "-k",
             key,

@@ -9,8 +9,10 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::lock;
 
 /// What the proxy does with the traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,10 +279,6 @@ fn abort_on_close(stream: &TcpStream) {
         );
     }
     let _ = stream.shutdown(Shutdown::Both);
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 // ---------------------------------------------------------------------------------------------

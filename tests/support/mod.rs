@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -307,8 +308,14 @@ impl Drop for NotRedis {
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {
+    redlock_at(&server.url())
+}
+
+/// The wrapper with a clean environment, pointed at `url` (a proxy, a port nothing listens
+/// on, a URL with credentials, a malformed one).
+pub fn redlock_at(url: &str) -> Command {
     let mut cmd = wrapper();
-    cmd.arg("--redis-url").arg(server.url());
+    cmd.arg("--redis-url").arg(url);
     cmd
 }
 
@@ -418,6 +425,12 @@ pub fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Locks `m` even if a thread panicked while holding it: what the threads of a test share stays
+/// readable for the failure message.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
