@@ -19,19 +19,18 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::fault::{
-    self, FaultProxy, Holder, Mode, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport, Rng,
-};
+use support::fault::{FaultProxy, Mode, Rng};
+use support::oracle::{self, Holder, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// Not a test: the command the soak runs under the wrapper is this test binary, re-executed
 /// with only this test selected and `RELIABILITY_ORACLE_SOCKET` set (see
-/// [`fault::oracle_client`]). Without that variable it does nothing.
+/// [`oracle::oracle_client`]). Without that variable it does nothing.
 #[test]
 fn oracle_client() {
-    fault::oracle_client();
+    oracle::oracle_client();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -581,7 +580,7 @@ impl SoakOutcome {
     }
 
     /// The fault injected last before `o` began.
-    fn cause(&self, o: &fault::Overlap) -> Option<&Injected> {
+    fn cause(&self, o: &oracle::Overlap) -> Option<&Injected> {
         self.injected.iter().rev().find(|f| f.start <= o.start)
     }
 
@@ -791,7 +790,7 @@ fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
             ),
         }
         // The older holder writes every 100 ms while it lasts, and each of those is refused.
-        if o.duration() > fault::WRITE_EVERY * 2 {
+        if o.duration() > oracle::WRITE_EVERY * 2 {
             assert!(o.rejected >= 1, "no stale write was rejected during {o:?}; {ctx}");
         }
     }
