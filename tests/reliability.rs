@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::fault::{FaultProxy, Mode, Rng};
-use support::oracle::{self, Holder, ORACLE_HOLD_MS, ORACLE_SOCKET, Oracle, OracleReport};
+use support::oracle::{self, ORACLE_HOLD_MS, ORACLE_SOCKET, Occupant, Oracle, OracleReport};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -380,7 +380,7 @@ fn inject(
     shared.want_long_hold.store(plan.stops_within.is_some(), Ordering::SeqCst);
     wait_until(Duration::from_secs(if plan.stops_within.is_some() { 8 } else { 2 }), || {
         let now = Instant::now();
-        holder = oracle.holders().into_iter().rev().find(|h| h.done_by > now + ahead);
+        holder = oracle.occupants().into_iter().rev().find(|h| h.done_by > now + ahead);
         holder.is_some()
     });
     shared.want_long_hold.store(false, Ordering::SeqCst);
@@ -444,7 +444,7 @@ fn inject(
     // loaded machine): its holder must be stopped only if its work outlasts the next renewal
     // after that; one whose work ended first was not run without the lock.
     let end = Instant::now();
-    let must_stop = |h: &Holder| match plan.stops_within {
+    let must_stop = |h: &Occupant| match plan.stops_within {
         Some(within) if fault.loses_data() => h.done_by > end + within,
         Some(_) => true,
         None => false,

@@ -67,9 +67,10 @@ pub struct OracleReport {
     pub overlaps: Vec<Overlap>,
 }
 
-/// A command present at the oracle.
+/// A command present at the oracle: the holder of the resource, or one of several when they
+/// overlap.
 #[derive(Debug, Clone, Copy)]
-pub struct Holder {
+pub struct Occupant {
     /// Its wrapper (the command's parent).
     pub ppid: i32,
     pub entered: Instant,
@@ -77,11 +78,11 @@ pub struct Holder {
     pub done_by: Instant,
 }
 
-/// A holder present right now.
+/// An occupant present right now, with what the oracle tracks about it.
 struct Present {
     id: u64,
     fence: u64,
-    holder: Holder,
+    occupant: Occupant,
     stay: usize,
     /// Since another command entered while this one was present.
     overlap: Option<Overlap>,
@@ -190,10 +191,10 @@ impl Oracle {
     }
 
     /// The commands present right now, the most recent entry last.
-    pub fn holders(&self) -> Vec<Holder> {
+    pub fn occupants(&self) -> Vec<Occupant> {
         let mut st = lock(&self.state);
         st.prune(Instant::now());
-        let mut present: Vec<(usize, Holder)> = st.present.iter().map(|p| (p.stay, p.holder)).collect();
+        let mut present: Vec<(usize, Occupant)> = st.present.iter().map(|p| (p.stay, p.occupant)).collect();
         present.sort_by_key(|(stay, _)| *stay);
         present.into_iter().map(|(_, h)| h).collect()
     }
@@ -235,7 +236,7 @@ fn serve(conn: UnixStream, state: &Mutex<OracleState>) {
                 else {
                     break;
                 };
-                let holder = Holder { ppid, entered: now, done_by: now + Duration::from_millis(hold_ms) };
+                let occupant = Occupant { ppid, entered: now, done_by: now + Duration::from_millis(hold_ms) };
                 let Ok(conn) = watch.try_clone() else { break };
                 let mut st = lock(state);
                 st.prune(now);
@@ -261,7 +262,7 @@ fn serve(conn: UnixStream, state: &Mutex<OracleState>) {
                         .fences
                         .push(fence);
                 }
-                st.present.push(Present { id: me, fence, holder, stay, conn, overlap: None });
+                st.present.push(Present { id: me, fence, occupant, stay, conn, overlap: None });
                 let holders = st.present.len();
                 st.report.peak_holders = st.report.peak_holders.max(holders);
                 st.write(me, fence)
