@@ -56,8 +56,9 @@ fn phase_budget() -> Duration {
     Duration::from_secs(total.saturating_sub(30)) / 2
 }
 
+/// A fault the soak injects: Redis, the network, the lock key or a wrapper disturbed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Fault {
+enum Disruption {
     RedisPauseShort,
     RedisPauseLong,
     ClientKill,
@@ -76,25 +77,25 @@ enum Fault {
     WrapperPauseLong,
 }
 
-impl Fault {
+impl Disruption {
     fn name(self) -> &'static str {
         match self {
-            Fault::RedisPauseShort => "redis SIGSTOP < ttl",
-            Fault::RedisPauseLong => "redis SIGSTOP > ttl",
-            Fault::ClientKill => "CLIENT KILL",
-            Fault::LatencyLow => "latency < timeout",
-            Fault::LatencyHigh => "latency > timeout",
-            Fault::BlackholeShort => "blackhole < ttl",
-            Fault::BlackholeLong => "blackhole > ttl",
-            Fault::ReplyLossShort => "reply loss < ttl",
-            Fault::ReplyLossLong => "reply loss > ttl",
-            Fault::ConnectionReset => "connection reset",
-            Fault::WrapperPauseShort => "wrapper SIGSTOP < lease",
-            Fault::RedisRestart => "redis restart, empty",
-            Fault::KeyDeleted => "DEL lock",
-            Fault::KeyForceReleased => "release --force",
-            Fault::KeyExpired => "PEXPIRE lock 1ms",
-            Fault::WrapperPauseLong => "wrapper SIGSTOP > ttl",
+            Disruption::RedisPauseShort => "redis SIGSTOP < ttl",
+            Disruption::RedisPauseLong => "redis SIGSTOP > ttl",
+            Disruption::ClientKill => "CLIENT KILL",
+            Disruption::LatencyLow => "latency < timeout",
+            Disruption::LatencyHigh => "latency > timeout",
+            Disruption::BlackholeShort => "blackhole < ttl",
+            Disruption::BlackholeLong => "blackhole > ttl",
+            Disruption::ReplyLossShort => "reply loss < ttl",
+            Disruption::ReplyLossLong => "reply loss > ttl",
+            Disruption::ConnectionReset => "connection reset",
+            Disruption::WrapperPauseShort => "wrapper SIGSTOP < lease",
+            Disruption::RedisRestart => "redis restart, empty",
+            Disruption::KeyDeleted => "DEL lock",
+            Disruption::KeyForceReleased => "release --force",
+            Disruption::KeyExpired => "PEXPIRE lock 1ms",
+            Disruption::WrapperPauseLong => "wrapper SIGSTOP > ttl",
         }
     }
 
@@ -103,40 +104,40 @@ impl Fault {
     fn loses_data(self) -> bool {
         matches!(
             self,
-            Fault::RedisRestart
-                | Fault::KeyDeleted
-                | Fault::KeyForceReleased
-                | Fault::KeyExpired
-                | Fault::WrapperPauseLong
+            Disruption::RedisRestart
+                | Disruption::KeyDeleted
+                | Disruption::KeyForceReleased
+                | Disruption::KeyExpired
+                | Disruption::WrapperPauseLong
         )
     }
 }
 
-const SAFE_FAULTS: [Fault; 11] = [
-    Fault::RedisPauseShort,
-    Fault::LatencyLow,
-    Fault::ClientKill,
-    Fault::BlackholeShort,
-    Fault::ReplyLossShort,
-    Fault::ConnectionReset,
-    Fault::WrapperPauseShort,
-    Fault::RedisPauseLong,
-    Fault::LatencyHigh,
-    Fault::BlackholeLong,
-    Fault::ReplyLossLong,
+const SAFE_FAULTS: [Disruption; 11] = [
+    Disruption::RedisPauseShort,
+    Disruption::LatencyLow,
+    Disruption::ClientKill,
+    Disruption::BlackholeShort,
+    Disruption::ReplyLossShort,
+    Disruption::ConnectionReset,
+    Disruption::WrapperPauseShort,
+    Disruption::RedisPauseLong,
+    Disruption::LatencyHigh,
+    Disruption::BlackholeLong,
+    Disruption::ReplyLossLong,
 ];
 
-const DATA_LOSS_FAULTS: [Fault; 5] = [
-    Fault::RedisRestart,
-    Fault::KeyDeleted,
-    Fault::WrapperPauseLong,
-    Fault::KeyExpired,
-    Fault::KeyForceReleased,
+const DATA_LOSS_FAULTS: [Disruption; 5] = [
+    Disruption::RedisRestart,
+    Disruption::KeyDeleted,
+    Disruption::WrapperPauseLong,
+    Disruption::KeyExpired,
+    Disruption::KeyForceReleased,
 ];
 
 #[derive(Debug)]
 struct Injected {
-    fault: Fault,
+    fault: Disruption,
     start: Instant,
     /// When requests the fault held back may last have reached Redis.
     lifted: Instant,
@@ -331,31 +332,31 @@ struct Plan {
     stops_within: Option<Duration>,
 }
 
-impl Fault {
+impl Disruption {
     fn plan(self, rng: &mut Rng) -> Plan {
         let (length, latency) = match self {
-            Fault::RedisPauseShort => (rng.millis(200, 800), Duration::ZERO),
-            Fault::BlackholeShort | Fault::ReplyLossShort => (rng.millis(200, 700), Duration::ZERO),
-            Fault::RedisPauseLong | Fault::BlackholeLong | Fault::ReplyLossLong => {
+            Disruption::RedisPauseShort => (rng.millis(200, 800), Duration::ZERO),
+            Disruption::BlackholeShort | Disruption::ReplyLossShort => (rng.millis(200, 700), Duration::ZERO),
+            Disruption::RedisPauseLong | Disruption::BlackholeLong | Disruption::ReplyLossLong => {
                 (TTL + rng.millis(300, 1200), Duration::ZERO)
             }
             // The wrapper's request timeout here is a third of the 1278 ms renewal slack: 426 ms.
-            Fault::LatencyLow => (rng.millis(1500, 2500), rng.millis(20, 150)),
-            Fault::LatencyHigh => (rng.millis(1500, 2500), rng.millis(500, 800)),
-            Fault::WrapperPauseShort => (rng.millis(50, 300), Duration::ZERO),
-            Fault::WrapperPauseLong => (TTL + rng.millis(800, 1200), Duration::ZERO),
-            Fault::ClientKill
-            | Fault::ConnectionReset
-            | Fault::RedisRestart
-            | Fault::KeyDeleted
-            | Fault::KeyExpired
-            | Fault::KeyForceReleased => (Duration::ZERO, Duration::ZERO),
+            Disruption::LatencyLow => (rng.millis(1500, 2500), rng.millis(20, 150)),
+            Disruption::LatencyHigh => (rng.millis(1500, 2500), rng.millis(500, 800)),
+            Disruption::WrapperPauseShort => (rng.millis(50, 300), Duration::ZERO),
+            Disruption::WrapperPauseLong => (TTL + rng.millis(800, 1200), Duration::ZERO),
+            Disruption::ClientKill
+            | Disruption::ConnectionReset
+            | Disruption::RedisRestart
+            | Disruption::KeyDeleted
+            | Disruption::KeyExpired
+            | Disruption::KeyForceReleased => (Duration::ZERO, Duration::ZERO),
         };
         let stops_within = match self {
             // Stopped by the lease deadline, at most a TTL after the last renewal.
-            Fault::RedisPauseLong | Fault::BlackholeLong | Fault::ReplyLossLong => Some(TTL),
+            Disruption::RedisPauseLong | Disruption::BlackholeLong | Disruption::ReplyLossLong => Some(TTL),
             // Stopped as soon as its wrapper runs again.
-            Fault::WrapperPauseLong => Some(length),
+            Disruption::WrapperPauseLong => Some(length),
             // Stopped at the next renewal.
             f if f.loses_data() => Some(RENEW_EVERY + SLACK),
             _ => None,
@@ -367,7 +368,7 @@ impl Fault {
 /// Waits (bounded) for a command to be present — for a fault that must stop it, one with
 /// enough work ahead that it would still be running then — and injects the fault.
 fn inject(
-    fault: Fault,
+    fault: Disruption,
     redis: &mut RedisServer,
     proxy: &FaultProxy,
     shared: &Shared,
@@ -387,30 +388,33 @@ fn inject(
     let start = Instant::now();
     let mut paused = None;
     match fault {
-        Fault::RedisPauseShort | Fault::RedisPauseLong => {
+        Disruption::RedisPauseShort | Disruption::RedisPauseLong => {
             redis.freeze();
             std::thread::sleep(plan.length);
             redis.thaw();
         }
-        Fault::ClientKill => {
+        Disruption::ClientKill => {
             redis.cmd::<i64>(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
             redis.cmd::<i64>(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]);
         }
-        Fault::LatencyLow | Fault::LatencyHigh | Fault::BlackholeShort | Fault::BlackholeLong => {
+        Disruption::LatencyLow
+        | Disruption::LatencyHigh
+        | Disruption::BlackholeShort
+        | Disruption::BlackholeLong => {
             proxy.set(match fault {
-                Fault::BlackholeShort | Fault::BlackholeLong => Mode::Blackhole,
+                Disruption::BlackholeShort | Disruption::BlackholeLong => Mode::Blackhole,
                 _ => Mode::Latency(plan.latency),
             });
             std::thread::sleep(plan.length);
             proxy.set(Mode::Pass);
         }
-        Fault::ReplyLossShort | Fault::ReplyLossLong => {
+        Disruption::ReplyLossShort | Disruption::ReplyLossLong => {
             proxy.set(Mode::DropReplies);
             std::thread::sleep(plan.length);
             proxy.set(Mode::Pass);
         }
-        Fault::ConnectionReset => proxy.reset_all(),
-        Fault::WrapperPauseShort | Fault::WrapperPauseLong => {
+        Disruption::ConnectionReset => proxy.reset_all(),
+        Disruption::WrapperPauseShort | Disruption::WrapperPauseLong => {
             // The holder's wrapper (the command's parent), if it is still one of ours.
             let stopped = holder.map(|h| h.ppid).filter(|&pid| {
                 let wrappers = lock(&shared.wrappers);
@@ -425,14 +429,14 @@ fn inject(
                 paused = Some((pid, Instant::now()));
             }
         }
-        Fault::RedisRestart => redis.restart_empty(),
-        Fault::KeyDeleted => {
+        Disruption::RedisRestart => redis.restart_empty(),
+        Disruption::KeyDeleted => {
             redis.cmd::<i64>(&[b"DEL", KEY.as_bytes()]);
         }
-        Fault::KeyExpired => {
+        Disruption::KeyExpired => {
             redis.cmd::<i64>(&[b"PEXPIRE", KEY.as_bytes(), b"1"]);
         }
-        Fault::KeyForceReleased => {
+        Disruption::KeyForceReleased => {
             let r = run(
                 Command::new(BIN).args(["release", "--key", KEY, "--force", "--redis-url", &redis.url()]),
                 LIMIT,
@@ -461,7 +465,7 @@ fn inject(
 
 /// One soak phase: `faults` in turn (every one at least once, then on until the budget is
 /// spent), five wrappers looping meanwhile; returns everything observed.
-fn soak(phase: &str, faults: &[Fault]) -> SoakOutcome {
+fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
     let _turn = lock(&SOAK);
     let budget = phase_budget();
     let seed = Rng::seed_from_env("SOAK_SEED");
@@ -585,7 +589,7 @@ impl SoakOutcome {
     }
 
     fn print(&self) {
-        let mut faults: BTreeMap<Fault, (usize, usize)> = BTreeMap::new();
+        let mut faults: BTreeMap<Disruption, (usize, usize)> = BTreeMap::new();
         for f in &self.injected {
             let e = faults.entry(f.fault).or_default();
             e.0 += 1;
