@@ -235,6 +235,16 @@ impl RedisServer {
     }
 }
 
+/// The key's value as text, `<hash>` for a hash.
+pub fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
+    let kind: String = redis.cmd(&[b"TYPE", key.as_bytes()]);
+    match kind.as_str() {
+        "none" => None,
+        "string" => redis.get(key.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned()),
+        other => Some(format!("<{other}>")),
+    }
+}
+
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
