@@ -686,9 +686,9 @@ impl SoakOutcome {
         )
     }
 
-    /// What holds after any fault: every wrapper ended with a status of SPEC §7, left no
-    /// process behind, no lock outlived its owner by more than the TTL, the fence told every
-    /// holder apart, and enough work got done for all this to mean something.
+    /// What holds after any fault: every wrapper ended with a status of README § Exit status,
+    /// left no process behind, no lock outlived its owner by more than the TTL, the fence told
+    /// every holder apart, and enough work got done for all this to mean something.
     fn check_common(&self) {
         let ctx = self.context();
         let allowed = [0, 3, 69, 75, 125];
@@ -749,8 +749,8 @@ impl Drop for SoakOutcome {
 /// (1) Faults that lose no lock state — Redis paused shorter and longer than the TTL, killed
 /// connections, latency below and above the request timeout, a blackholed network, lost
 /// replies, reset connections, a wrapper paused within its lease: never two holders at once,
-/// so never a stale write; and (3) every wrapper exits with a §7 status, leaving nothing
-/// behind.
+/// so never a stale write; and (3) every wrapper exits with a status of the exit-status table,
+/// leaving nothing behind.
 #[test]
 fn soak_without_data_loss_faults_never_overlaps() {
     let outcome = soak("no data-loss faults", &SAFE_FAULTS);
