@@ -1,5 +1,5 @@
-//! Credentials and least privilege (SPEC §3, §7, §8): the README's ACL line works as written,
-//! denials are 77, and passwords appear in no output.
+//! Credentials and least privilege: the ACL line of README § Least-privilege ACL works as
+//! written, denials are 77, and passwords appear in no output.
 
 mod support;
 

@@ -1,4 +1,6 @@
-//! Acquire, run, release against one real Redis (SPEC §2, §3, §5, §7, §8).
+//! Acquire, run, release against one real Redis: what the command gets (its stdio,
+//! environment and exit status), fences, keys the tool did not write, usage errors and an
+//! unreachable Redis.
 
 mod support;
 

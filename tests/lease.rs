@@ -1,4 +1,5 @@
-//! The lease watchdog and the stop path (SPEC §4, §5): the command never outlives its lock.
+//! The lease watchdog and the stop path (README § The lease, the deadline and the stop path):
+//! the command never outlives its lock.
 
 mod support;
 

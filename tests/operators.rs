@@ -1,4 +1,5 @@
-//! The operator's view (SPEC §9): JSON logs, the metrics file, `status` and `release --force`.
+//! The operator's view (README § Operating it): JSON logs, the metrics file, `status` and
+//! `release --force`.
 
 mod support;
 

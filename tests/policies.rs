@@ -1,5 +1,5 @@
-//! Acquisition policies (SPEC §6): waiting with instant handoff, outages, fail-open,
-//! --min-hold and --idempotency-key.
+//! Acquisition policies (README § Waiting, outages and once-per-day): waiting with instant
+//! handoff, outages, fail-open, --min-hold and --idempotency-key.
 
 mod support;
 

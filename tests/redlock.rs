@@ -1,4 +1,4 @@
-//! Redlock: the lock on a majority of independent masters (SPEC §10).
+//! Redlock: the lock on a majority of independent masters (README § Redis deployments).
 
 mod support;
 

@@ -1,5 +1,6 @@
-//! Sentinel (SPEC §10): ownership counts only on the master the Sentinels name, through a
-//! failover; a Sentinel address that is not a Sentinel is a configuration mistake.
+//! Sentinel (README § Redis deployments): ownership counts only on the master the Sentinels
+//! name, through a failover; a Sentinel address that is not a Sentinel is a configuration
+//! mistake.
 
 mod support;
 

@@ -1,5 +1,6 @@
-//! Signals, terminals and PID 1 (SPEC §5, §7): the command gets each signal once, nothing is
-//! left behind, and the lock is released only after the command has exited.
+//! Signals, terminals and PID 1 (README § What the command gets, § Interactive use, § Containers
+//! and Kubernetes): the command gets each signal once, nothing is left behind, and the lock is
+//! released only after the command has exited.
 
 mod support;
 

@@ -1,5 +1,5 @@
-//! Beyond one plaintext Redis (SPEC §10, §8): TLS, credentials, Unix sockets, Sentinel and
-//! Cluster — all on loopback, every server started by the test.
+//! Beyond one plaintext Redis (README § Redis deployments): TLS, credentials, Unix sockets,
+//! Sentinel and Cluster — all on loopback, every server started by the test.
 
 mod support;
 

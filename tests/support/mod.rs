@@ -3,12 +3,14 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 pub mod fault;
+pub mod oracle;
 pub mod sentinel;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -209,10 +211,6 @@ impl RedisServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
-
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
 }
 
 impl Drop for RedisServer {
@@ -230,6 +228,16 @@ impl RedisServer {
         if let Some(c) = &self.process {
             let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
         }
+    }
+}
+
+/// The key's value as text, `<hash>` for a hash.
+pub fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
+    let kind: String = redis.cmd(&[b"TYPE", key.as_bytes()]);
+    match kind.as_str() {
+        "none" => None,
+        "string" => redis.get(key.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned()),
+        other => Some(format!("<{other}>")),
     }
 }
 
@@ -307,8 +315,14 @@ impl Drop for NotRedis {
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {
+    redlock_at(&server.url())
+}
+
+/// The wrapper with a clean environment, pointed at `url` (a proxy, a port nothing listens
+/// on, a URL with credentials, a malformed one).
+pub fn redlock_at(url: &str) -> Command {
     let mut cmd = wrapper();
-    cmd.arg("--redis-url").arg(server.url());
+    cmd.arg("--redis-url").arg(url);
     cmd
 }
 
@@ -418,6 +432,12 @@ pub fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Locks `m` even if a thread panicked while holding it: what the threads of a test share stays
+/// readable for the failure message.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.

@@ -1,0 +1,256 @@
+//! The exit-status table (README § Exit status), cause by cause, one table-driven test: every
+//! status is produced by what causes it, on a real Redis (through a fault proxy where the
+//! network has to fail), and checked for who speaks up about it and what is left held.
+//!
+//! `cargo test --test exit_statuses -- --nocapture` prints the table, one line per case.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::fault::{FaultProxy, Mode};
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Where a case's wrapper connects.
+#[derive(Clone, Copy)]
+enum Via {
+    Direct,
+    /// Through a fault proxy in pass-through mode.
+    Proxied,
+    /// Through a fault proxy that swallows everything.
+    Swallowed,
+    /// Through a fault proxy that resets every connection.
+    Resetting,
+    /// A port nothing listens on.
+    Nowhere,
+    /// As an ACL user.
+    User(&'static str, &'static str),
+    Url(&'static str),
+}
+
+/// What else happens around a case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    Plain,
+    /// The key holds a hash.
+    WrongType,
+    /// Someone else holds the lock for a minute.
+    HeldByOther,
+    /// The key is deleted once the command runs.
+    DeletedMidRun,
+    /// The proxy starts swallowing everything once the command runs.
+    BlackholedMidRun,
+    /// SIGTERM to the wrapper 300 ms after it started.
+    Sigterm,
+}
+
+/// What the wrapper runs: a shell body (after it has touched `$MARKER`), an argv, or nothing.
+#[derive(Clone, Copy)]
+enum Cmd {
+    Sh(&'static str),
+    Argv(&'static str),
+    NotExecutable,
+    Nothing,
+}
+
+/// Whose status it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    /// The command's own, passed through: the wrapper says nothing.
+    Command,
+    /// The wrapper's, and the command never ran; stderr has a line of the wrapper's with this.
+    Wrapper(&'static str),
+    /// The wrapper's, after it stopped the running command; said as above.
+    Stopped(&'static str),
+}
+
+struct Case {
+    what: &'static str,
+    via: Via,
+    setting: Setting,
+    options: &'static [&'static str],
+    cmd: Cmd,
+    status: i32,
+    by: By,
+}
+
+const fn case(
+    what: &'static str,
+    via: Via,
+    setting: Setting,
+    options: &'static [&'static str],
+    cmd: Cmd,
+    status: i32,
+    by: By,
+) -> Case {
+    Case { what, via, setting, options, cmd, status, by }
+}
+
+use By::{Command as Own, Stopped, Wrapper};
+use Cmd::{Argv, NotExecutable, Nothing, Sh};
+use Setting::*;
+use Via::*;
+
+/// A command that runs and succeeds (when it gets to run).
+const RUNS: Cmd = Sh("exit 0");
+
+#[rustfmt::skip]
+const MATRIX: &[Case] = &[
+    case("exit 0", Direct, Plain, &[], Sh("exit 0"), 0, Own),
+    case("exit 1", Direct, Plain, &[], Sh("exit 1"), 1, Own),
+    case("exit 42", Direct, Plain, &[], Sh("exit 42"), 42, Own),
+    case("exit 255", Direct, Plain, &[], Sh("exit 255"), 255, Own),
+    case("the command's own 64", Direct, Plain, &[], Sh("exit 64"), 64, Own),
+    case("the command's own 125", Direct, Plain, &[], Sh("exit 125"), 125, Own),
+    case("killed by SIGHUP", Direct, Plain, &[], Sh("kill -HUP $$"), 129, Own),
+    case("killed by SIGKILL", Direct, Plain, &[], Sh("kill -KILL $$"), 137, Own),
+    case("killed by SIGSEGV", Direct, Plain, &[], Sh("kill -SEGV $$"), 139, Own),
+    case("killed by SIGTERM", Direct, Plain, &[], Sh("kill -TERM $$"), 143, Own),
+    case("not executable", Direct, Plain, &[], NotExecutable, 126, Wrapper("cannot run")),
+    case("not found", Direct, Plain, &[], Argv("/nonexistent/command"), 127, Wrapper("cannot run")),
+    case("bad duration", Direct, Plain, &["--ttl", "30x"], RUNS, 64, Wrapper("--ttl")),
+    case("unknown flag", Direct, Plain, &["--no-such-flag"], RUNS, 64, Wrapper("--no-such-flag")),
+    case("missing command", Direct, Plain, &[], Nothing, 64, Wrapper("required arguments")),
+    case("no room to stop in time", Direct, Plain, &["--ttl", "1s", "--kill-grace", "1s"], RUNS,
+         64, Wrapper("--kill-grace")),
+    case("key of another type", Direct, WrongType, &[], RUNS, 65, Wrapper("type hash")),
+    case("nothing listens", Nowhere, Plain, &[], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("Redis never answers", Swallowed, Plain, &["--ttl", "3s"], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("every connection reset", Resetting, Plain, &[], RUNS, 69, Wrapper("cannot reach Redis")),
+    case("busy", Direct, HeldByOther, &[], RUNS, 75, Wrapper("is busy")),
+    case("busy to the end of --wait", Direct, HeldByOther, &["--wait", "300ms"], RUNS,
+         75, Wrapper("end of --wait")),
+    case("wrong password", User("u", "wrong"), Plain, &[], RUNS, 77, Wrapper("denied")),
+    case("ACL denies the key", User("v", "pw"), Plain, &[], RUNS, 77, Wrapper("denied")),
+    case("malformed URL", Url("redis://[::1"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
+    case("unsupported URL scheme", Url("foo://bar"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
+    case("--max-runtime", Direct, Plain, &["--max-runtime", "300ms"], Sh("sleep 30"),
+         124, Stopped("reason=\"--max-runtime\"")),
+    case("lease lost: key deleted", Direct, DeletedMidRun, &["--ttl", "1s"], Sh("sleep 30"),
+         125, Stopped("lock lost")),
+    case("lease unconfirmed: Redis cut off", Proxied, BlackholedMidRun, &["--ttl", "1s"], Sh("sleep 30"),
+         125, Stopped("cannot be confirmed")),
+    case("SIGTERM while waiting", Direct, Sigterm, &["--wait", "10s"], RUNS,
+         143, Wrapper("SIGTERM before the command started")),
+];
+
+/// Every status of the table from its cause: the command's own statuses pass through
+/// (128+N for a death by signal N) with nothing said; each status of the wrapper's own comes
+/// with a line on stderr; and no run leaves the lock held.
+#[test]
+fn exit_status_matrix() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"u", b"on", b">pw", b"~*", b"+@all"]);
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"v", b"on", b">pw", b"~other:*", b"+@all"]);
+    let proxy = FaultProxy::start(redis.port);
+    let dir = tmp();
+    let not_executable = file(&dir, "not-executable");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let mut failures = Vec::new();
+    for (n, c) in MATRIX.iter().enumerate() {
+        let key = format!("lock:matrix:{n}");
+        let marker = file(&dir, &format!("ran-{n}"));
+        proxy.set(match c.via {
+            Swallowed => Mode::Blackhole,
+            Resetting => Mode::Reset,
+            _ => Mode::Pass,
+        });
+        let url = match c.via {
+            Direct => redis.url(),
+            Proxied | Swallowed | Resetting => proxy.url(),
+            Nowhere => nowhere.clone(),
+            User(user, password) => format!("redis://{user}:{password}@127.0.0.1:{}", redis.port),
+            Url(url) => url.to_owned(),
+        };
+        if c.setting == WrongType {
+            redis.cmd::<i64>(&[b"HSET", key.as_bytes(), b"field", b"value"]);
+        }
+        if matches!(c.setting, HeldByOther | Sigterm) {
+            redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"60000"]);
+        }
+        let mut cmd = redlock_at(&url);
+        cmd.args(["-k", &key]).args(c.options).env("MARKER", &marker);
+        match c.cmd {
+            Sh(body) => {
+                cmd.args(["--", "sh", "-c"]).arg(format!("touch \"$MARKER\"; {body}"));
+            }
+            Argv(program) => {
+                cmd.args(["--", program]);
+            }
+            NotExecutable => {
+                cmd.arg("--").arg(&not_executable);
+            }
+            Nothing => {}
+        }
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        match c.setting {
+            DeletedMidRun | BlackholedMidRun => {
+                assert!(wait_until(Duration::from_secs(5), || marker.exists()), "{}: never ran", c.what);
+                if c.setting == DeletedMidRun {
+                    redis.cmd::<i64>(&[b"DEL", key.as_bytes()]);
+                } else {
+                    proxy.set(Mode::Blackhole);
+                }
+            }
+            Sigterm => {
+                std::thread::sleep(Duration::from_millis(300));
+                kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+            }
+            _ => {}
+        }
+        let out = wait_output(child, LIMIT);
+        proxy.set(Mode::Pass);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = out.status.code().unwrap_or(-1);
+        let mut problems = Vec::new();
+        if code != c.status {
+            problems.push(format!("exit status {code}, expected {}", c.status));
+        }
+        if matches!(c.cmd, Sh(_)) && marker.exists() == matches!(c.by, Wrapper(_)) {
+            problems.push(format!("the command {}", if marker.exists() { "ran" } else { "did not run" }));
+        }
+        match c.by {
+            Own if !stderr.is_empty() => {
+                problems.push("the wrapper spoke up about the command's status".into())
+            }
+            Wrapper(says) | Stopped(says) => {
+                // Its own lines, clap's for a command line it could not parse included.
+                let said = stderr.lines().any(|l| l.starts_with("redlock-run: ") && l.contains(says));
+                if !said {
+                    problems.push(format!("no line on stderr says {says:?}"));
+                }
+            }
+            Own => {}
+        }
+        if !out.stdout.is_empty() {
+            problems.push("something on stdout".to_owned());
+        }
+        // Nothing left held: the key is gone (at the latest when its TTL runs out), or still
+        // what someone else put there.
+        let expected = match c.setting {
+            HeldByOther | Sigterm => Some("someone-else"),
+            WrongType => Some("<hash>"),
+            _ => None,
+        };
+        if !wait_until(Duration::from_secs(2), || redis_value(&redis, &key).as_deref() == expected) {
+            problems.push(format!("the key holds {:?} afterwards", redis_value(&redis, &key)));
+        }
+        eprintln!("{code:>4}  {:<36} {}", c.what, if problems.is_empty() { "ok" } else { "FAILED" });
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}\n  stderr: {}", c.what, problems.join("; "), stderr.trim()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        MATRIX.len(),
+        failures.join("\n")
+    );
+}
