@@ -1,4 +1,5 @@
-//! Whole-process benchmark of redlock-run, side by side with flock(1) in the same run (SPEC §11).
+//! Whole-process benchmark of redlock-run, side by side with flock(1) in the same run (README §
+//! Performance, BENCHMARKS.md).
 //!
 //!     cargo bench                       # full run, prints a Markdown table
 //!     BENCH_RUNS=50 cargo bench         # quicker, fewer samples
