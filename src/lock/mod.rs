@@ -2,6 +2,7 @@
 
 pub mod admin;
 mod conn;
+mod fault;
 pub mod keys;
 mod lease;
 pub mod renewer;
@@ -18,7 +19,8 @@ use redis::Value;
 
 use crate::config::Idempotency;
 
-pub use conn::{Conn, Fault, redact_url};
+pub use conn::{Conn, redact_url};
+pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::Lease;
 pub use values::{Holder, Success, rfc3339_ms};
@@ -180,7 +182,7 @@ impl Lock {
             let (pttl, holder) = soonest.expect("busy is not empty");
             return Ok(Acquired::Busy { pttl, holder });
         }
-        Err(worst(faults))
+        Err(fault::worst(faults))
     }
 
     /// Redlock: raises the fence counter on the nodes that granted to the fence handed out;
@@ -230,7 +232,7 @@ impl Lock {
         Err(if faults.is_empty() {
             Fault::Unavailable(format!("renewed on {renewed} of {n} nodes, {quorum} needed"))
         } else {
-            worst(faults)
+            fault::worst(faults)
         })
     }
 
@@ -261,24 +263,10 @@ impl Lock {
         // A node that did not answer may still hold the lock: that is a failure to retry (a
         // retry finds the nodes already released "not ours", which is fine), never a success.
         if !faults.is_empty() {
-            return Err(worst(faults));
+            return Err(fault::worst(faults));
         }
         outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))
     }
-}
-
-/// The fault that best explains a failure on several nodes: a mistake to fix before an outage.
-fn worst(faults: Vec<Fault>) -> Fault {
-    let rank = |f: &Fault| match f {
-        Fault::WrongType(_) => 0,
-        Fault::Config(_) => 1,
-        Fault::Denied(_) => 2,
-        Fault::Internal(_) => 3,
-        Fault::Failed(_) => 4,
-        Fault::Transient(_) => 5,
-        Fault::Unavailable(_) => 6,
-    };
-    faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
 }
 
 async fn acquire_on(
@@ -321,7 +309,7 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
     let code = error.split_whitespace().next().unwrap_or_default();
     if error.starts_with("NOPERM") || error.contains("can't run this command") {
         Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
-    } else if conn::is_transient(code) {
+    } else if fault::is_transient(code) {
         Fault::Transient(format!("bumping the fence counter {fence}: {error}"))
     } else if error.contains("would overflow") {
         Fault::WrongType(format!(
