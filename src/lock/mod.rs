@@ -8,6 +8,7 @@ mod lease;
 pub mod renewer;
 mod scripts;
 mod sentinel;
+pub mod url;
 mod values;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,7 +20,7 @@ use redis::Value;
 
 use crate::config::Idempotency;
 
-pub use conn::{Conn, redact_url};
+pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::Lease;
