@@ -12,9 +12,9 @@ use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
     RedisError, ScriptInvocation, TlsCertificates,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fault::Fault;
+use super::mistakes;
 use super::sentinel::Watcher;
 use super::url::{self, redact_url};
 use crate::config::{RedisConfig, Topology};
@@ -330,21 +330,17 @@ impl Conn {
             }
             Err(e) => {
                 let fault = self.failed(&e);
+                let (own, limit) = (self.own_node(), self.connect_timeout);
                 // With a password, the connection already fails at AUTH: probe for TLS here too.
-                if self.plaintext_to_tls(&e, &fault).await {
-                    return Err(self.tls_port_fault());
+                if let Some(mistake) = mistakes::plaintext_to_tls_port(&e, &fault, own, limit).await {
+                    return Err(mistake);
                 }
-                if let Some(fault) = self.not_redis(&e).await {
-                    return Err(fault);
+                if let Some(mistake) = mistakes::not_redis(&e, own, limit + self.command_timeout).await {
+                    return Err(mistake);
                 }
-                // A TLS handshake with a plaintext Redis stalls until the timeout: say why.
-                if let (Fault::Unavailable(_), ConnectionAddr::TcpTls { host, port, .. }) =
-                    (&fault, client.get_connection_info().addr())
-                    && speaks_plain_resp(host, *port, self.connect_timeout).await
-                {
-                    return Err(Fault::Config(format!(
-                        "{host}:{port} does not speak TLS (a plaintext Redis answers there): use a redis:// URL"
-                    )));
+                let addr = client.get_connection_info().addr();
+                if let Some(mistake) = mistakes::tls_to_plaintext_port(&fault, addr, limit).await {
+                    return Err(mistake);
                 }
                 Err(fault)
             }
@@ -387,22 +383,10 @@ impl Conn {
                         redact_url(sentinel)
                     ));
                 }
-                Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("unknown command")) => {
-                    return Err(Fault::Config(format!(
-                        "--sentinel {} is not a Sentinel (it answered like a plain Redis: {e}): \
-                         give the Sentinels' addresses (port 26379 by default), or --redis-url alone \
-                         for a plain Redis",
-                        redact_url(sentinel)
-                    )));
-                }
-                Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => {
-                    return Err(Fault::Config(format!(
-                        "--sentinel {} does not speak the Redis protocol: give the Sentinels' addresses \
-                         (port 26379 by default)",
-                        redact_url(sentinel)
-                    )));
-                }
-                Ok(Err(e)) => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                Ok(Err(e)) => match mistakes::not_a_sentinel(sentinel, &e) {
+                    Some(mistake) => return Err(mistake),
+                    None => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                },
                 Err(_) => last = format!("Sentinel {} did not answer", redact_url(sentinel)),
             }
         }
@@ -425,43 +409,30 @@ impl Conn {
             Err(e) => {
                 let first = self.fresh;
                 let fault = self.failed(&e);
-                if first && self.plaintext_to_tls(&e, &fault).await {
-                    return Err(self.tls_port_fault());
+                let (own, limit) = (self.own_node(), self.connect_timeout);
+                if first && let Some(mistake) = mistakes::plaintext_to_tls_port(&e, &fault, own, limit).await
+                {
+                    return Err(mistake);
                 }
-                if let Some(fault) = self.not_redis(&e).await {
+                if let Some(mistake) = mistakes::not_redis(&e, own, limit + self.command_timeout).await {
                     self.link = None;
-                    return Err(fault);
+                    return Err(mistake);
                 }
                 Err(fault)
             }
         }
     }
 
-    /// A plaintext connection that the server reset at once (not a timeout: a frozen node must
-    /// cost no more than its timeout) may have reached a TLS port: probe it.
-    async fn plaintext_to_tls(&self, err: &RedisError, fault: &Fault) -> bool {
-        if !matches!(fault, Fault::Unavailable(_))
-            || err.is_timeout()
-            || err.is_connection_refusal()
-            || !(err.is_connection_dropped() || err.is_io_error())
-            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
-        {
-            return false;
-        }
-        match self.info.addr() {
-            ConnectionAddr::Tcp(host, port) => speaks_tls(host, *port, self.connect_timeout).await,
-            _ => false,
-        }
+    /// The one node behind this connection when the mistake probes may knock on it directly:
+    /// a single node or a quorum's node (a Sentinel's master and a Cluster's nodes are found by
+    /// asking others).
+    fn own_node(&self) -> Option<&ConnectionAddr> {
+        matches!(self.topology, Topology::Single | Topology::Quorum { .. }).then(|| self.info.addr())
     }
 
     /// The bound on one request.
     pub fn command_timeout(&self) -> Duration {
         self.command_timeout
-    }
-
-    fn tls_port_fault(&self) -> Fault {
-        let addr = self.info.addr();
-        Fault::Config(format!("{addr} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"))
     }
 
     fn failed(&mut self, err: &RedisError) -> Fault {
@@ -471,12 +442,12 @@ impl Conn {
             // connection at all.
             Fault::Failed(text) if matches!(err.code(), Some("MOVED" | "ASK")) => match self.topology {
                 Topology::Cluster { .. } => Fault::Transient(text),
-                _ => Fault::Config(format!(
-                    "{}: the server is a Redis Cluster node (it answered {text}): add --cluster",
-                    self.target
-                )),
+                _ => mistakes::cluster_node_without_cluster(&self.target, &text),
             },
-            Fault::Failed(text) => self.misconfigured(&text).unwrap_or(Fault::Failed(text)),
+            Fault::Failed(text) => {
+                let db = self.info.redis_settings().db();
+                mistakes::misconfigured(&self.target, db, &text).unwrap_or(Fault::Failed(text))
+            }
             fault => fault,
         };
         if matches!(fault, Fault::Unavailable(_) | Fault::Transient(_) | Fault::Config(_)) {
@@ -484,158 +455,11 @@ impl Conn {
         }
         fault
     }
-
-    /// A refusal that no retry can change: the URL or the topology flags do not fit the server.
-    fn misconfigured(&self, text: &str) -> Option<Fault> {
-        let target = &self.target;
-        if text.contains("DB index is out of range") {
-            let db = self.info.redis_settings().db();
-            return Some(Fault::Config(format!(
-                "{target}: the server has no database {db} (DB index is out of range; its `databases` \
-                 setting bounds it, 16 by default): fix the database number in the Redis URL"
-            )));
-        }
-        if text.contains("refused to switch database") {
-            let db = self.info.redis_settings().db();
-            if text.contains("NOAUTH") || text.contains("Authentication required") {
-                return Some(Fault::Denied(format!(
-                    "{target}: selecting database {db} needs a password the URL does not give"
-                )));
-            }
-            return Some(Fault::Config(format!(
-                "{target}: the server refused database {db} (it answered: {}): fix the database number \
-                 in the Redis URL",
-                first_line(text)
-            )));
-        }
-        if let Some(command) = unknown_command(text) {
-            // Never the rest of the reply: it quotes the request's arguments, the lock's value
-            // among them.
-            return Some(Fault::Config(format!(
-                "{target}: the server does not know the command {command} (is it a Sentinel? give \
-                 Sentinels with --sentinel and --sentinel-master)"
-            )));
-        }
-        if text.contains("cluster support disabled") {
-            return Some(Fault::Config(format!(
-                "{target}: not a Cluster node (cluster support disabled): drop --cluster, or give the \
-                 address of a Cluster node"
-            )));
-        }
-        None
-    }
-
-    /// After a reply that is not RESP: what the server at the address answers to a PING, when
-    /// that is not Redis either. Plaintext TCP only (one node or a quorum's node).
-    async fn not_redis(&self, err: &RedisError) -> Option<Fault> {
-        if err.kind() != redis::ErrorKind::Parse
-            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
-        {
-            return None;
-        }
-        let ConnectionAddr::Tcp(host, port) = self.info.addr() else {
-            return None;
-        };
-        let answer = first_reply_line(host, *port, self.connect_timeout + self.command_timeout).await?;
-        // Every RESP2/RESP3 reply starts with one of these.
-        if answer.first().is_some_and(|b| b"+-:$*_,#!=(%~|>".contains(b)) {
-            return None;
-        }
-        Some(Fault::Config(format!(
-            "{host}:{port} does not speak the Redis protocol (it answered \"{}\"): check the address in the \
-             Redis URL",
-            answer.escape_ascii()
-        )))
-    }
-}
-
-/// The first line of a message (redis-rs's parse errors run over several).
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
-}
-
-/// `EVALSHA` in "… unknown command 'EVALSHA', with args beginning with: …".
-fn unknown_command(text: &str) -> Option<&str> {
-    let (_, rest) = text.split_once("unknown command '")?;
-    Some(rest.split_once('\'').map_or(rest, |(command, _)| command))
 }
 
 fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {
     match tls {
         Some(certs) => Client::build_with_tls(info, certs.clone()),
         None => Client::open(info),
-    }
-}
-
-// A minimal TLS 1.2 ClientHello: one ECDHE suite; any TLS server answers with a handshake
-// record (0x16) or an alert (0x15); a plaintext Redis answers with an error or closes.
-const HELLO: [u8; 57] = [
-    0x16, 0x03, 0x01, 0x00, 0x34, // record: handshake, TLS 1.0 framing, 52 bytes
-    0x01, 0x00, 0x00, 0x30, // ClientHello, 48 bytes
-    0x03, 0x03, // TLS 1.2
-    0x52, 0x4c, 0x4b, 0x52, 0x55, 0x4e, 0x72, 0x65, 0x64, 0x6c, 0x6f, 0x63, 0x6b, 0x2d, 0x72, 0x75, 0x6e,
-    0x2d, 0x74, 0x6c, 0x73, 0x2d, 0x70, 0x72, 0x6f, 0x62, 0x65, 0x2d, 0x30, 0x31, 0x32,
-    0x33, // 32 bytes random
-    0x00, // no session id
-    0x00, 0x02, 0xc0, 0x2f, // cipher suites: ECDHE-RSA-AES128-GCM-SHA256
-    0x01, 0x00, // compression: null
-    0x00, 0x05, 0xff, 0x01, 0x00, 0x01, 0x00, // extensions: renegotiation_info
-];
-
-/// Whether the server at host:port answers a plaintext PING like a Redis.
-async fn speaks_plain_resp(host: &str, port: u16, limit: Duration) -> bool {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await.ok()?;
-        Some(first[0])
-    };
-    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(b'+' | b'-')))
-}
-
-/// The first line (at most 60 bytes) the server at host:port answers to a plaintext PING.
-async fn first_reply_line(host: &str, port: u16, limit: Duration) -> Option<Vec<u8>> {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
-        let mut answer = vec![0u8; 60];
-        let n = stream.read(&mut answer).await.ok()?;
-        answer.truncate(n);
-        Some(answer)
-    };
-    let mut answer = tokio::time::timeout(limit, probe).await.ok()??;
-    if let Some(end) = answer.iter().position(|b| *b == b'\r' || *b == b'\n') {
-        answer.truncate(end);
-    }
-    (!answer.is_empty()).then_some(answer)
-}
-
-/// Whether the server at host:port answers a TLS ClientHello with a TLS record (handshake or
-/// alert) — that is, whether a plaintext client has been pointed at a TLS port.
-async fn speaks_tls(host: &str, port: u16, limit: Duration) -> bool {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(&HELLO).await.ok()?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await.ok()?;
-        Some(first[0])
-    };
-    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(0x15 | 0x16)))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_tls_probe_is_a_well_formed_client_hello() {
-        // The lengths in the record and handshake headers match what follows them.
-        let hello = super::HELLO;
-        assert_eq!(usize::from(u16::from_be_bytes([hello[3], hello[4]])), hello.len() - 5);
-        assert_eq!(usize::from(hello[8]), hello.len() - 9);
-        let ext_start = 9 + 2 + 32 + 1 + 4 + 2;
-        assert_eq!(
-            usize::from(u16::from_be_bytes([hello[ext_start], hello[ext_start + 1]])),
-            hello.len() - ext_start - 2
-        );
     }
 }

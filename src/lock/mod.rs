@@ -5,6 +5,7 @@ mod conn;
 mod fault;
 pub mod keys;
 mod lease;
+mod mistakes;
 pub mod renewer;
 mod scripts;
 mod sentinel;
