@@ -12,11 +12,10 @@ mod sentinel;
 pub mod url;
 mod values;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use rand::TryRng;
 use redis::Value;
 
 use crate::config::Idempotency;
@@ -83,7 +82,7 @@ impl Lock {
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock { nodes, keys, value: owner_value()?, ttl, record })
+        Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record })
     }
 
     /// How many nodes must agree.
@@ -342,7 +341,7 @@ async fn release_on(
     }
     script.arg(value).arg(&keys.released_channel).arg(millis(keep)).arg(if announce { "1" } else { "0" });
     if let Some((_, ttl)) = record {
-        script.arg(success_value()).arg(millis(*ttl));
+        script.arg(Success::now().value()).arg(millis(*ttl));
     }
     let reply: Vec<Value> = node.invoke(&script).await?;
     match reply.get(1) {
@@ -355,39 +354,6 @@ async fn release_on(
         Some(Value::Int(0)) => Ok(Released::NotOurs),
         _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
     }
-}
-
-/// A fresh owner value: 128 random bits from the OS, then who holds it (for `status`).
-fn owner_value() -> Result<String, Fault> {
-    let mut token = [0u8; 16];
-    rand::rngs::SysRng
-        .try_fill_bytes(&mut token)
-        .map_err(|e| Fault::Internal(format!("cannot read the OS random source: {e}")))?;
-    let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-        .unwrap_or_else(|| "unknown".to_owned());
-    let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-    Ok(format!("{hex} {host} {} {started}", std::process::id()))
-}
-
-/// What a success record holds: `<host> <pid> <finished unix ms>`.
-fn success_value() -> String {
-    format!("{} {} {}", hostname(), std::process::id(), unix_ms())
-}
-
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
-fn unix_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
 }
 
 fn as_bytes(v: Option<&Value>) -> Vec<u8> {
