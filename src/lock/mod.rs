@@ -7,6 +7,7 @@ pub mod keys;
 mod lease;
 mod mistakes;
 pub mod renewer;
+mod replies;
 mod scripts;
 mod sentinel;
 pub mod url;
@@ -284,21 +285,19 @@ async fn acquire_on(
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
     let reply: Vec<Value> = node.invoke(&script).await?;
-    let unexpected = || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
+    let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {
-        Some(Value::Int(1)) => Ok(NodeAcquired::Granted(as_fence(reply.get(1)).ok_or_else(unexpected)?)),
-        Some(Value::Int(0)) => {
-            let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
-            let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-            Ok(NodeAcquired::Busy { pttl, holder: as_bytes(reply.get(2)) })
+        Some(Value::Int(1)) => {
+            Ok(NodeAcquired::Granted(replies::fence(reply.get(1)).ok_or_else(unexpected)?))
         }
-        Some(Value::Int(2)) => Ok(NodeAcquired::Done(as_bytes(reply.get(1)))),
-        Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
-            "key {} holds a value of type {}, not a lock; it was left untouched",
-            show_key(&keys.lock),
-            as_text(reply.get(1))
-        ))),
-        Some(Value::Int(-2)) => Err(fence_fault(keys, &as_text(reply.get(1)))),
+        Some(Value::Int(0)) => {
+            let pttl = replies::int(reply.get(1)).ok_or_else(unexpected)?;
+            let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+            Ok(NodeAcquired::Busy { pttl, holder: replies::bytes(reply.get(2)).unwrap_or_default() })
+        }
+        Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
+        Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),
+        Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
         _ => Err(unexpected()),
     }
 }
@@ -346,49 +345,20 @@ async fn release_on(
     let reply: Vec<Value> = node.invoke(&script).await?;
     match reply.get(1) {
         Some(Value::Int(0)) | None => {}
-        error => tracing::warn!("could not record the success of --idempotency-key: {}", as_text(error)),
+        error => {
+            tracing::warn!("could not record the success of --idempotency-key: {}", replies::text(error))
+        }
     }
     match reply.first() {
         Some(Value::Int(1)) => Ok(Released::Deleted),
         Some(Value::Int(2)) => Ok(Released::Kept),
         Some(Value::Int(0)) => Ok(Released::NotOurs),
-        _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
-    }
-}
-
-fn as_bytes(v: Option<&Value>) -> Vec<u8> {
-    match v {
-        Some(Value::BulkString(b)) => b.clone(),
-        _ => Vec::new(),
+        _ => Err(replies::unexpected("release", &reply)),
     }
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A fence: the decimal string the script returns (exact; a Lua number is not).
-fn as_fence(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn as_int(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-fn as_text(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        Some(Value::Okay) => "OK".to_owned(),
-        other => format!("{other:?}"),
-    }
 }
 
 /// A key for messages: text when it is printable UTF-8, escaped bytes otherwise.
