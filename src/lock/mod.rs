@@ -53,11 +53,16 @@ pub enum Released {
     NotOurs,
 }
 
+/// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
 /// One lock owner: the connections, the key names and the value that proves ownership.
 ///
 /// With one node this is the plain lease lock. With N independent masters (Redlock) every
-/// operation goes to all of them in parallel and counts as done when a majority agrees:
-/// ⌊N/2⌋+1 for the lock, the same for each renewal.
+/// operation goes to all of them in parallel and counts as done when a majority agrees
+/// ([`quorum`]) for the lock, the same for each renewal.
 pub struct Lock {
     nodes: Vec<Conn>,
     keys: Keys,
@@ -84,11 +89,6 @@ impl Lock {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
         Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record })
-    }
-
-    /// How many nodes must agree.
-    pub fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
     }
 
     /// Subscribes to the announcement of this lock's release (for waiters), on the first node
@@ -131,7 +131,8 @@ impl Lock {
     /// One attempt on every node at once, given up as soon as a majority can no longer grant. The lease counts from just before the requests went out, so the time the
     /// slowest needed node took is already spent. What a failed attempt took is given back.
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
-        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let n = self.nodes.len();
+        let quorum = quorum(n);
         let Lock { nodes, keys, value, ttl, record } = self;
         let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
@@ -208,7 +209,8 @@ impl Lock {
     /// Extends the lease if the key still holds our value on a majority. `Ok(false)`: it does
     /// not, and cannot (lost).
     pub async fn renew(&mut self) -> Result<bool, Fault> {
-        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let n = self.nodes.len();
+        let quorum = quorum(n);
         let Lock { nodes, keys, value, ttl, .. } = self;
         let mut script = scripts::RENEW.key(&keys.lock);
         script.arg(value.as_str()).arg(millis(*ttl));
