@@ -15,6 +15,7 @@ use redis::{
 
 use super::fault::Fault;
 use super::mistakes;
+use super::replies;
 use super::sentinel::Watcher;
 use super::url::{self, redact_url};
 use crate::config::{RedisConfig, Topology};
@@ -268,8 +269,7 @@ impl Conn {
                     // (A user whose ACL does not allow ROLE skips the check.)
                     if let Link::Node(conn) = &mut link {
                         match redis::cmd("ROLE").query_async::<Vec<redis::Value>>(conn).await {
-                            Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") =>
-                                {}
+                            Ok(role) if replies::bytes(role.first()).is_some_and(|r| r == b"master") => {}
                             Ok(_) => {
                                 return Err(Fault::Unavailable(format!(
                                     "the node Sentinel names for {master:?} is not a master (yet)"

@@ -1,5 +1,5 @@
-//! Reading the scripts' replies (their shapes are documented with the scripts): the Redis values
-//! they return, decoded the same way by every caller, and the answers several scripts share.
+//! Reading Redis replies, the same way in every caller: the values the scripts return (their
+//! shapes are documented with the scripts), and the answers several scripts share.
 
 use redis::Value;
 
