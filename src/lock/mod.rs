@@ -1,4 +1,8 @@
-//! The Redis side: the stored value, acquire / renew / release, and the lease deadline.
+//! The Redis side. This file owns the lock itself: acquire / renew / release on one node or on
+//! each node of a Redlock quorum, and the quorum rule. Around it: connecting per topology
+//! (`conn`, `sentinel`), what went wrong (`fault`, `mistakes`), URLs (`url`), the scripts and
+//! their replies (`scripts`, `replies`), what is stored (`keys`, `values`), the lease deadline
+//! and its renewal (`lease`, `renewer`), and the operator's view (`admin`).
 
 pub mod admin;
 mod conn;
@@ -128,8 +132,15 @@ impl Lock {
         self.nodes.iter().map(|n| n.target.as_str()).collect::<Vec<_>>().join(", ")
     }
 
-    /// One attempt on every node at once, given up as soon as a majority can no longer grant. The lease counts from just before the requests went out, so the time the
-    /// slowest needed node took is already spent. What a failed attempt took is given back.
+    // Each operation fans out over the nodes with its own loop rather than through a shared
+    // helper: they count different answers and stop at different points (acquire once a
+    // majority can no longer grant, renew once the lock is lost, release and raise_fence only
+    // when every node has answered, release reading the answers in node order), so a helper
+    // would take over only the line that sends the requests.
+
+    /// One attempt on every node at once, given up as soon as a majority can no longer grant.
+    /// The lease counts from just before the requests went out, so the time the slowest needed
+    /// node took is already spent. What a failed attempt took is given back.
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
