@@ -312,7 +312,7 @@ fn redis_config(
             return Err(usage(format!(
                 "--redis-url {} is given more than once: a Redlock quorum needs independent servers, \
                  each given once",
-                crate::lock::redact_url(url)
+                crate::lock::url::redact_url(url)
             )));
         }
     }

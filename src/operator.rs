@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::config::RedisConfig;
 use crate::exit::Error;
 use crate::lock::admin::{self, Forced};
-use crate::lock::{Conn, Fault, Holder, Keys, Success, rfc3339_ms, show_key};
+use crate::lock::{self, Conn, Fault, Holder, Keys, Success, rfc3339_ms, show_key};
 
 /// Exit status of `status` when the lock is free (0 when held).
 const FREE: u8 = 1;
@@ -56,7 +56,7 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
         return Err(Error::Unavailable(format!("reading lock {}: no node answered", show_key(key))));
     }
     // With a Redlock quorum the lock is held when a majority of nodes hold the same value.
-    let quorum = nodes.len() / 2 + 1;
+    let quorum = lock::quorum(nodes.len());
     let held_on = holders.values().copied().max().unwrap_or(0);
     // Unknown when the unreachable nodes could make up the difference either way.
     let state = if held_on >= quorum {

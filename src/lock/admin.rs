@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::{Instant, sleep_until};
 
-use super::{Conn, Fault, Keys, scripts};
+use super::{Conn, Fault, Keys, replies, scripts};
 use crate::backoff::full_jitter;
 
 /// Most success records `status` lists.
@@ -48,27 +48,16 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
 async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
     let reply: Vec<Value> = conn.invoke(scripts::STATUS.key(&keys.lock).key(&keys.fence)).await?;
     let [kind, value, pttl, fence] = &reply[..] else {
-        return Err(Fault::Internal(format!("unexpected reply to status ({} elements)", reply.len())));
+        return Err(replies::unexpected("status", &reply));
     };
-    let kind = match kind {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        _ => String::new(),
+    let kind = replies::text(Some(kind));
+    let value = replies::bytes(Some(value));
+    let ttl = match replies::int(Some(pttl)) {
+        Some(-2) | None => None,
+        Some(-1) => Some(None),
+        Some(ms) => Some(Some(Duration::from_millis(ms as u64))),
     };
-    let value = match value {
-        Value::BulkString(b) => Some(b.clone()),
-        _ => None,
-    };
-    let ttl = match pttl {
-        Value::Int(-2) => None,
-        Value::Int(-1) => Some(None),
-        Value::Int(ms) => Some(Some(Duration::from_millis(*ms as u64))),
-        _ => None,
-    };
-    let fence = match fence {
-        Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
-        _ => None,
-    };
+    let fence = replies::fence(Some(fence));
     let (records, more_records) = records(conn, keys).await?;
     Ok(Snapshot { kind, value, ttl, fence, records, more_records })
 }
@@ -126,15 +115,8 @@ pub async fn force_release(conn: &mut Conn, keys: &Keys) -> Result<Forced, Fault
     match &reply[..] {
         [Value::Int(1), Value::BulkString(v)] => Ok(Forced::Deleted(v.clone())),
         [Value::Int(0)] => Ok(Forced::Free),
-        [Value::Int(-1), kind] => Err(Fault::WrongType(format!(
-            "key {} holds a value of type {}, not a lock; it was left untouched",
-            super::show_key(&keys.lock),
-            match kind {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => "?".to_owned(),
-            }
-        ))),
-        _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
+        [Value::Int(-1), kind] => Err(replies::not_a_lock(&keys.lock, Some(kind))),
+        _ => Err(replies::unexpected("release", &reply)),
     }
 }
 

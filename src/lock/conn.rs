@@ -1,7 +1,6 @@
-//! One Redis connection with bounded I/O, reconnecting after a failure, and the classification
-//! of what went wrong. Behind it: a single node (TCP, TLS or a Unix socket), the master a
-//! Sentinel names (found again after each failure), or a Redis Cluster (MOVED/ASK followed by
-//! the client).
+//! One Redis connection with bounded I/O, reconnecting after a failure. Behind it: a single
+//! node (TCP, TLS or a Unix socket), the master a Sentinel names (found again after each
+//! failure), or a Redis Cluster (MOVED/ASK followed by the client).
 
 use std::time::Duration;
 
@@ -13,106 +12,14 @@ use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
     RedisError, ScriptInvocation, TlsCertificates,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::fault::Fault;
+use super::mistakes;
+use super::replies;
 use super::sentinel::Watcher;
+use super::url::{self, redact_url};
 use crate::config::{RedisConfig, Topology};
 use crate::exit::Error;
-
-/// Why a Redis request did not give an answer the caller can use.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum Fault {
-    /// Redis could not be reached: connection refused or timed out, name resolution failed, the
-    /// connection dropped, or no reply came within the timeout. The outcome is unknown and a
-    /// retry (on a new connection) may succeed. The only fault `--fail-open` applies to.
-    #[error("{0}")]
-    Unavailable(String),
-    /// Redis answered, but cannot serve the request now: OOM, READONLY (a replica), LOADING,
-    /// BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN. Retried like an outage, never a reason to run
-    /// without the lock: Redis is there and may hold it.
-    #[error("{0}")]
-    Transient(String),
-    /// Authentication failed or the ACL forbids a command or key.
-    #[error("{0}")]
-    Denied(String),
-    /// The key exists with a type other than string.
-    #[error("{0}")]
-    WrongType(String),
-    /// A configuration that cannot work: TLS refused (unknown CA, wrong host name), TLS spoken
-    /// to a plaintext port or plaintext to a TLS port, a master no Sentinel knows.
-    #[error("{0}")]
-    Config(String),
-    /// Anything else Redis said no to (a script error).
-    #[error("{0}")]
-    Failed(String),
-    /// A reply of a shape the scripts never produce, or a local failure: an internal error.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl Fault {
-    fn from_redis(err: &RedisError) -> Self {
-        let text = err.to_string();
-        if let Some(tls) = tls_failure(err) {
-            return Fault::Config(format!("TLS failed: {tls}"));
-        }
-        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal()
-        {
-            return Fault::Unavailable(text);
-        }
-        match err.code() {
-            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
-            Some("WRONGTYPE") => return Fault::WrongType(text),
-            // In the server's words ("TRYAGAIN Multiple keys request during rehashing of slot").
-            Some(code) if is_transient(code) => {
-                return Fault::Transient(match err.detail() {
-                    Some(detail) => format!("{code} {detail}"),
-                    None => code.to_owned(),
-                });
-            }
-            _ => {}
-        }
-        // Inside a script an ACL denial comes back as a plain ERR.
-        if err.kind() == redis::ErrorKind::AuthenticationFailed
-            || text.contains("can't run this command")
-            || text.contains("no permissions to access")
-        {
-            return Fault::Denied(text);
-        }
-        Fault::Failed(text)
-    }
-
-    /// The wrapper's error for this fault, with `context` (what was being done) in front.
-    pub fn into_error(self, context: &str) -> Error {
-        match self {
-            Fault::Unavailable(m) => Error::Unavailable(format!("{context}: Redis unavailable: {m}")),
-            Fault::Transient(m) => Error::Unavailable(format!("{context}: Redis answered: {m}")),
-            Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
-            Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
-            Fault::Config(m) => Error::Config(format!("{context}: {m}")),
-            Fault::Failed(m) => Error::Unavailable(format!("{context}: Redis failed: {m}")),
-            Fault::Internal(m) => Error::Internal(anyhow::anyhow!("{context}: {m}")),
-        }
-    }
-}
-
-/// Whether an error code is one a Redis gives while it cannot serve a request for now.
-pub fn is_transient(code: &str) -> bool {
-    matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
-}
-
-/// The TLS error behind a Redis error, if that is what it is. (redis-rs keeps the I/O error
-/// behind an `Arc<dyn Error>`, and the TLS error is the I/O error's payload.)
-fn tls_failure(err: &RedisError) -> Option<String> {
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let source = std::error::Error::source(err)?;
-    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
-        Some(shared) => shared.as_ref(),
-        None => source,
-    };
-    let io = inner.downcast_ref::<std::io::Error>()?;
-    io.get_ref()?.downcast_ref::<rustls::Error>().map(ToString::to_string)
-}
 
 /// The live connection.
 enum Link {
@@ -161,19 +68,12 @@ impl Conn {
                 format!("cluster {}", seeds.iter().map(|s| redact_url(s)).collect::<Vec<_>>().join(","))
             }
         };
-        // Neither the URL nor redis-rs's message about it may show a password; say where it came from.
         let source = redis.url_source;
-        let url_error = |url: &str, e: RedisError| {
-            Error::Config(format!(
-                "{source} {}: {e} (expected redis://[user[:password]@]host:port[/db], rediss://… or unix:///path)",
-                redact_url(url)
-            ))
-        };
-        let mut info = redis.url.as_str().into_connection_info().map_err(|e| url_error(&redis.url, e))?;
+        let mut info = url::parse(&redis.url, source)?;
         if let Topology::Cluster { seeds } = &redis.topology {
             // Every seed, not just the first, is checked now and named if malformed.
             for seed in seeds {
-                seed.as_str().into_connection_info().map_err(|e| url_error(seed, e))?;
+                url::parse(seed, source)?;
             }
         }
         // CLIENT SETINFO would add a round trip's worth of work to every connection.
@@ -202,7 +102,7 @@ impl Conn {
         };
         if let Topology::Single = redis.topology {
             // Fail on a bad URL now rather than at the first connection.
-            make_client(info.clone(), tls.as_ref()).map_err(|e| url_error(&redis.url, e))?;
+            make_client(info.clone(), tls.as_ref()).map_err(|e| url::invalid(&redis.url, source, e))?;
         }
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(redis.connect_timeout))
@@ -369,8 +269,7 @@ impl Conn {
                     // (A user whose ACL does not allow ROLE skips the check.)
                     if let Link::Node(conn) = &mut link {
                         match redis::cmd("ROLE").query_async::<Vec<redis::Value>>(conn).await {
-                            Ok(role) if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") =>
-                                {}
+                            Ok(role) if replies::bytes(role.first()).is_some_and(|r| r == b"master") => {}
                             Ok(_) => {
                                 return Err(Fault::Unavailable(format!(
                                     "the node Sentinel names for {master:?} is not a master (yet)"
@@ -431,21 +330,17 @@ impl Conn {
             }
             Err(e) => {
                 let fault = self.failed(&e);
+                let (own, limit) = (self.own_node(), self.connect_timeout);
                 // With a password, the connection already fails at AUTH: probe for TLS here too.
-                if self.plaintext_to_tls(&e, &fault).await {
-                    return Err(self.tls_port_fault());
+                if let Some(mistake) = mistakes::plaintext_to_tls_port(&e, &fault, own, limit).await {
+                    return Err(mistake);
                 }
-                if let Some(fault) = self.not_redis(&e).await {
-                    return Err(fault);
+                if let Some(mistake) = mistakes::not_redis(&e, own, limit + self.command_timeout).await {
+                    return Err(mistake);
                 }
-                // A TLS handshake with a plaintext Redis stalls until the timeout: say why.
-                if let (Fault::Unavailable(_), ConnectionAddr::TcpTls { host, port, .. }) =
-                    (&fault, client.get_connection_info().addr())
-                    && speaks_plain_resp(host, *port, self.connect_timeout).await
-                {
-                    return Err(Fault::Config(format!(
-                        "{host}:{port} does not speak TLS (a plaintext Redis answers there): use a redis:// URL"
-                    )));
+                let addr = client.get_connection_info().addr();
+                if let Some(mistake) = mistakes::tls_to_plaintext_port(&fault, addr, limit).await {
+                    return Err(mistake);
                 }
                 Err(fault)
             }
@@ -488,22 +383,10 @@ impl Conn {
                         redact_url(sentinel)
                     ));
                 }
-                Ok(Err(e)) if e.detail().is_some_and(|d| d.contains("unknown command")) => {
-                    return Err(Fault::Config(format!(
-                        "--sentinel {} is not a Sentinel (it answered like a plain Redis: {e}): \
-                         give the Sentinels' addresses (port 26379 by default), or --redis-url alone \
-                         for a plain Redis",
-                        redact_url(sentinel)
-                    )));
-                }
-                Ok(Err(e)) if e.kind() == redis::ErrorKind::Parse => {
-                    return Err(Fault::Config(format!(
-                        "--sentinel {} does not speak the Redis protocol: give the Sentinels' addresses \
-                         (port 26379 by default)",
-                        redact_url(sentinel)
-                    )));
-                }
-                Ok(Err(e)) => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                Ok(Err(e)) => match mistakes::not_a_sentinel(sentinel, &e) {
+                    Some(mistake) => return Err(mistake),
+                    None => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                },
                 Err(_) => last = format!("Sentinel {} did not answer", redact_url(sentinel)),
             }
         }
@@ -526,43 +409,30 @@ impl Conn {
             Err(e) => {
                 let first = self.fresh;
                 let fault = self.failed(&e);
-                if first && self.plaintext_to_tls(&e, &fault).await {
-                    return Err(self.tls_port_fault());
+                let (own, limit) = (self.own_node(), self.connect_timeout);
+                if first && let Some(mistake) = mistakes::plaintext_to_tls_port(&e, &fault, own, limit).await
+                {
+                    return Err(mistake);
                 }
-                if let Some(fault) = self.not_redis(&e).await {
+                if let Some(mistake) = mistakes::not_redis(&e, own, limit + self.command_timeout).await {
                     self.link = None;
-                    return Err(fault);
+                    return Err(mistake);
                 }
                 Err(fault)
             }
         }
     }
 
-    /// A plaintext connection that the server reset at once (not a timeout: a frozen node must
-    /// cost no more than its timeout) may have reached a TLS port: probe it.
-    async fn plaintext_to_tls(&self, err: &RedisError, fault: &Fault) -> bool {
-        if !matches!(fault, Fault::Unavailable(_))
-            || err.is_timeout()
-            || err.is_connection_refusal()
-            || !(err.is_connection_dropped() || err.is_io_error())
-            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
-        {
-            return false;
-        }
-        match self.info.addr() {
-            ConnectionAddr::Tcp(host, port) => speaks_tls(host, *port, self.connect_timeout).await,
-            _ => false,
-        }
+    /// The one node behind this connection when the mistake probes may knock on it directly:
+    /// a single node or a quorum's node (a Sentinel's master and a Cluster's nodes are found by
+    /// asking others).
+    fn own_node(&self) -> Option<&ConnectionAddr> {
+        matches!(self.topology, Topology::Single | Topology::Quorum { .. }).then(|| self.info.addr())
     }
 
     /// The bound on one request.
     pub fn command_timeout(&self) -> Duration {
         self.command_timeout
-    }
-
-    fn tls_port_fault(&self) -> Fault {
-        let addr = self.info.addr();
-        Fault::Config(format!("{addr} speaks TLS: use a rediss:// URL (and --tls-ca-file if needed)"))
     }
 
     fn failed(&mut self, err: &RedisError) -> Fault {
@@ -572,12 +442,12 @@ impl Conn {
             // connection at all.
             Fault::Failed(text) if matches!(err.code(), Some("MOVED" | "ASK")) => match self.topology {
                 Topology::Cluster { .. } => Fault::Transient(text),
-                _ => Fault::Config(format!(
-                    "{}: the server is a Redis Cluster node (it answered {text}): add --cluster",
-                    self.target
-                )),
+                _ => mistakes::cluster_node_without_cluster(&self.target, &text),
             },
-            Fault::Failed(text) => self.misconfigured(&text).unwrap_or(Fault::Failed(text)),
+            Fault::Failed(text) => {
+                let db = self.info.redis_settings().db();
+                mistakes::misconfigured(&self.target, db, &text).unwrap_or(Fault::Failed(text))
+            }
             fault => fault,
         };
         if matches!(fault, Fault::Unavailable(_) | Fault::Transient(_) | Fault::Config(_)) {
@@ -585,276 +455,11 @@ impl Conn {
         }
         fault
     }
-
-    /// A refusal that no retry can change: the URL or the topology flags do not fit the server.
-    fn misconfigured(&self, text: &str) -> Option<Fault> {
-        let target = &self.target;
-        if text.contains("DB index is out of range") {
-            let db = self.info.redis_settings().db();
-            return Some(Fault::Config(format!(
-                "{target}: the server has no database {db} (DB index is out of range; its `databases` \
-                 setting bounds it, 16 by default): fix the database number in the Redis URL"
-            )));
-        }
-        if text.contains("refused to switch database") {
-            let db = self.info.redis_settings().db();
-            if text.contains("NOAUTH") || text.contains("Authentication required") {
-                return Some(Fault::Denied(format!(
-                    "{target}: selecting database {db} needs a password the URL does not give"
-                )));
-            }
-            return Some(Fault::Config(format!(
-                "{target}: the server refused database {db} (it answered: {}): fix the database number \
-                 in the Redis URL",
-                first_line(text)
-            )));
-        }
-        if let Some(command) = unknown_command(text) {
-            // Never the rest of the reply: it quotes the request's arguments, the lock's value
-            // among them.
-            return Some(Fault::Config(format!(
-                "{target}: the server does not know the command {command} (is it a Sentinel? give \
-                 Sentinels with --sentinel and --sentinel-master)"
-            )));
-        }
-        if text.contains("cluster support disabled") {
-            return Some(Fault::Config(format!(
-                "{target}: not a Cluster node (cluster support disabled): drop --cluster, or give the \
-                 address of a Cluster node"
-            )));
-        }
-        None
-    }
-
-    /// After a reply that is not RESP: what the server at the address answers to a PING, when
-    /// that is not Redis either. Plaintext TCP only (one node or a quorum's node).
-    async fn not_redis(&self, err: &RedisError) -> Option<Fault> {
-        if err.kind() != redis::ErrorKind::Parse
-            || !matches!(self.topology, Topology::Single | Topology::Quorum { .. })
-        {
-            return None;
-        }
-        let ConnectionAddr::Tcp(host, port) = self.info.addr() else {
-            return None;
-        };
-        let answer = first_reply_line(host, *port, self.connect_timeout + self.command_timeout).await?;
-        // Every RESP2/RESP3 reply starts with one of these.
-        if answer.first().is_some_and(|b| b"+-:$*_,#!=(%~|>".contains(b)) {
-            return None;
-        }
-        Some(Fault::Config(format!(
-            "{host}:{port} does not speak the Redis protocol (it answered \"{}\"): check the address in the \
-             Redis URL",
-            answer.escape_ascii()
-        )))
-    }
-}
-
-/// The first line of a message (redis-rs's parse errors run over several).
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
-}
-
-/// `EVALSHA` in "… unknown command 'EVALSHA', with args beginning with: …".
-fn unknown_command(text: &str) -> Option<&str> {
-    let (_, rest) = text.split_once("unknown command '")?;
-    Some(rest.split_once('\'').map_or(rest, |(command, _)| command))
 }
 
 fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {
     match tls {
         Some(certs) => Client::build_with_tls(info, certs.clone()),
         None => Client::open(info),
-    }
-}
-
-// A minimal TLS 1.2 ClientHello: one ECDHE suite; any TLS server answers with a handshake
-// record (0x16) or an alert (0x15); a plaintext Redis answers with an error or closes.
-const HELLO: [u8; 57] = [
-    0x16, 0x03, 0x01, 0x00, 0x34, // record: handshake, TLS 1.0 framing, 52 bytes
-    0x01, 0x00, 0x00, 0x30, // ClientHello, 48 bytes
-    0x03, 0x03, // TLS 1.2
-    0x52, 0x4c, 0x4b, 0x52, 0x55, 0x4e, 0x72, 0x65, 0x64, 0x6c, 0x6f, 0x63, 0x6b, 0x2d, 0x72, 0x75, 0x6e,
-    0x2d, 0x74, 0x6c, 0x73, 0x2d, 0x70, 0x72, 0x6f, 0x62, 0x65, 0x2d, 0x30, 0x31, 0x32,
-    0x33, // 32 bytes random
-    0x00, // no session id
-    0x00, 0x02, 0xc0, 0x2f, // cipher suites: ECDHE-RSA-AES128-GCM-SHA256
-    0x01, 0x00, // compression: null
-    0x00, 0x05, 0xff, 0x01, 0x00, 0x01, 0x00, // extensions: renegotiation_info
-];
-
-/// Whether the server at host:port answers a plaintext PING like a Redis.
-async fn speaks_plain_resp(host: &str, port: u16, limit: Duration) -> bool {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await.ok()?;
-        Some(first[0])
-    };
-    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(b'+' | b'-')))
-}
-
-/// The first line (at most 60 bytes) the server at host:port answers to a plaintext PING.
-async fn first_reply_line(host: &str, port: u16, limit: Duration) -> Option<Vec<u8>> {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(b"*1\r\n$4\r\nPING\r\n").await.ok()?;
-        let mut answer = vec![0u8; 60];
-        let n = stream.read(&mut answer).await.ok()?;
-        answer.truncate(n);
-        Some(answer)
-    };
-    let mut answer = tokio::time::timeout(limit, probe).await.ok()??;
-    if let Some(end) = answer.iter().position(|b| *b == b'\r' || *b == b'\n') {
-        answer.truncate(end);
-    }
-    (!answer.is_empty()).then_some(answer)
-}
-
-/// Whether the server at host:port answers a TLS ClientHello with a TLS record (handshake or
-/// alert) — that is, whether a plaintext client has been pointed at a TLS port.
-async fn speaks_tls(host: &str, port: u16, limit: Duration) -> bool {
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect((host, port)).await.ok()?;
-        stream.write_all(&HELLO).await.ok()?;
-        let mut first = [0u8; 1];
-        stream.read_exact(&mut first).await.ok()?;
-        Some(first[0])
-    };
-    matches!(tokio::time::timeout(limit, probe).await, Ok(Some(0x15 | 0x16)))
-}
-
-/// The URL with any password replaced by `***`, for messages. It must hold for malformed input
-/// too (`redis:/u:pw@h`, `u:pw@h`, `redis//u:pw@h`), which is exactly what error messages show:
-/// after the scheme, if there is one (any name before `://`, or a Redis scheme followed by `:`
-/// or `/`), everything up to the last `@` is credentials — kept is only a user name before a
-/// `:` — and the value of any `pass`/`password` query parameter is replaced too.
-pub fn redact_url(url: &str) -> String {
-    const SCHEMES: [&str; 7] = ["redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"];
-    let name = url
-        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
-        .filter(|_| url.starts_with(|c: char| c.is_ascii_alphabetic()))
-        .unwrap_or(0);
-    let after_colon = if url[name..].starts_with(':') { name + 1 } else { name };
-    let slashes = url[after_colon..].len() - url[after_colon..].trim_start_matches('/').len();
-    // Otherwise `u:` in `u:pw@h` would be taken for a scheme and `pw` for a user name.
-    let is_scheme = (after_colon > name && slashes >= 2)
-        || (SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(&url[..name])) && after_colon + slashes > name);
-    let prefix_end = if is_scheme { after_colon + slashes } else { 0 };
-    let (prefix, rest) = url.split_at(prefix_end);
-    let rest = match rest.rfind('@') {
-        Some(at) => match rest[..at].split_once(':') {
-            Some((user, _)) if !user.is_empty() && !user.contains(['/', '?', '#']) => {
-                format!("{user}:***{}", &rest[at..])
-            }
-            _ => format!("***{}", &rest[at..]),
-        },
-        // No `@`: `user:password` alone (`redis://bob:pw`) would read as host and port. A "port"
-        // that is not a number may be a password.
-        None => {
-            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-            match rest[..end].rsplit_once(':') {
-                Some((host, port))
-                    if !rest.starts_with('[')
-                        && !port.is_empty()
-                        && !port.bytes().all(|b| b.is_ascii_digit()) =>
-                {
-                    format!("{host}:***{}", &rest[end..])
-                }
-                _ => rest.to_owned(),
-            }
-        }
-    };
-    let rest = match rest.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => {
-                        format!("{k}=***")
-                    }
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
-        None => rest,
-    };
-    format!("{prefix}{rest}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_url;
-
-    #[test]
-    fn the_tls_probe_is_a_well_formed_client_hello() {
-        // The lengths in the record and handshake headers match what follows them.
-        let hello = super::HELLO;
-        assert_eq!(usize::from(u16::from_be_bytes([hello[3], hello[4]])), hello.len() - 5);
-        assert_eq!(usize::from(hello[8]), hello.len() - 9);
-        let ext_start = 9 + 2 + 32 + 1 + 4 + 2;
-        assert_eq!(
-            usize::from(u16::from_be_bytes([hello[ext_start], hello[ext_start + 1]])),
-            hello.len() - ext_start - 2
-        );
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://***@h:1/0");
-        assert_eq!(redact_url("redis://user:s3cret@h:1"), "redis://user:***@h:1");
-        assert_eq!(redact_url("redis://s3cret@h:1"), "redis://***@h:1");
-        assert_eq!(redact_url("rediss://u:p@ss@h"), "rediss://u:***@h");
-        assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
-        assert_eq!(
-            redact_url("unix:///run/redis.sock?db=1&pass=s3cret"),
-            "unix:///run/redis.sock?db=1&pass=***"
-        );
-        assert_eq!(redact_url("redis://:pa#ss@h:1"), "redis://***@h:1");
-        assert_eq!(redact_url("redis://u:p/a?s#s@h:1/2"), "redis://u:***@h:1/2");
-    }
-
-    #[test]
-    fn passwords_in_malformed_urls_are_redacted() {
-        for (url, shown) in [
-            ("redis:/u:S3cret@h:6379", "redis:/u:***@h:6379"),
-            ("u:S3cret@h:6379", "u:***@h:6379"),
-            ("redis//u:S3cret@h:1", "redis//u:***@h:1"),
-            ("redis:u:S3cret@h", "redis:u:***@h"),
-            ("redis:///u:S3cret@h", "redis:///u:***@h"),
-            ("redis:/:S3cret@h", "redis:/***@h"),
-            ("S3cret@h:6379", "***@h:6379"),
-            (":S3cret@h", "***@h"),
-            ("//u:S3cret@h", "***@h"),
-            ("redis:/u:S3c@ret@h", "redis:/u:***@h"),
-            ("u:S3c://ret@h", "u:***@h"),
-            ("u:S3cret@h", "u:***@h"),
-            ("redi:u:S3cret@h", "redi:***@h"),
-            ("foo://u:S3cret@h", "foo://u:***@h"),
-            ("redis@:S3cret@h", "redis@:***@h"),
-            ("h:6379?password=S3cret", "h:6379?password=***"),
-            ("redis://bob:S3cret", "redis://bob:***"),
-            ("redis://bob:S3cret/0", "redis://bob:***/0"),
-            ("redis:h?db=1&PASS=S3cret", "redis:h?db=1&PASS=***"),
-            (" redis://u:S3cret@h", " redis:***@h"),
-        ] {
-            assert_eq!(redact_url(url), shown, "{url}");
-            assert!(!redact_url(url).contains("S3c"), "{url}");
-        }
-        // Nothing that looks like credentials: unchanged.
-        for url in [
-            "h:6379",
-            "redis:/h:6379",
-            "redis//h:1",
-            "127.0.0.1",
-            "unix:/run/redis.sock",
-            "",
-            "redis://[::1]:6379/2",
-        ] {
-            assert_eq!(redact_url(url), url);
-        }
     }
 }

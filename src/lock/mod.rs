@@ -1,24 +1,32 @@
-//! The Redis side: the stored value, acquire / renew / release, and the lease deadline.
+//! The Redis side. This file owns the lock itself: acquire / renew / release on one node or on
+//! each node of a Redlock quorum, and the quorum rule. Around it: connecting per topology
+//! (`conn`, `sentinel`), what went wrong (`fault`, `mistakes`), URLs (`url`), the scripts and
+//! their replies (`scripts`, `replies`), what is stored (`keys`, `values`), the lease deadline
+//! and its renewal (`lease`, `renewer`), and the operator's view (`admin`).
 
 pub mod admin;
 mod conn;
+mod fault;
 pub mod keys;
 mod lease;
+mod mistakes;
 pub mod renewer;
+mod replies;
 mod scripts;
 mod sentinel;
+pub mod url;
 mod values;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use rand::TryRng;
 use redis::Value;
 
 use crate::config::Idempotency;
 
-pub use conn::{Conn, Fault, redact_url};
+pub use conn::Conn;
+pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::{Lease, drift};
 pub use values::{Holder, Success, rfc3339_ms};
@@ -49,11 +57,16 @@ pub enum Released {
     NotOurs,
 }
 
+/// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
 /// One lock owner: the connections, the key names and the value that proves ownership.
 ///
 /// With one node this is the plain lease lock. With N independent masters (Redlock) every
-/// operation goes to all of them in parallel and counts as done when a majority agrees:
-/// ⌊N/2⌋+1 for the lock, the same for each renewal.
+/// operation goes to all of them in parallel and counts as done when a majority agrees
+/// ([`quorum`]) for the lock, the same for each renewal.
 pub struct Lock {
     nodes: Vec<Conn>,
     keys: Keys,
@@ -79,12 +92,7 @@ impl Lock {
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock { nodes, keys, value: owner_value()?, ttl, record })
-    }
-
-    /// How many nodes must agree.
-    pub fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record })
     }
 
     /// Subscribes to the announcement of this lock's release (for waiters), on the first node
@@ -124,10 +132,18 @@ impl Lock {
         self.nodes.iter().map(|n| n.target.as_str()).collect::<Vec<_>>().join(", ")
     }
 
-    /// One attempt on every node at once, given up as soon as a majority can no longer grant. The lease counts from just before the requests went out, so the time the
-    /// slowest needed node took is already spent. What a failed attempt took is given back.
+    // Each operation fans out over the nodes with its own loop rather than through a shared
+    // helper: they count different answers and stop at different points (acquire once a
+    // majority can no longer grant, renew once the lock is lost, release and raise_fence only
+    // when every node has answered, release reading the answers in node order), so a helper
+    // would take over only the line that sends the requests.
+
+    /// One attempt on every node at once, given up as soon as a majority can no longer grant.
+    /// The lease counts from just before the requests went out, so the time the slowest needed
+    /// node took is already spent. What a failed attempt took is given back.
     pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
-        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let n = self.nodes.len();
+        let quorum = quorum(n);
         let Lock { nodes, keys, value, ttl, record } = self;
         let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
@@ -180,7 +196,7 @@ impl Lock {
             let (pttl, holder) = soonest.expect("busy is not empty");
             return Ok(Acquired::Busy { pttl, holder });
         }
-        Err(worst(faults))
+        Err(fault::worst(faults))
     }
 
     /// Redlock: raises the fence counter on the nodes that granted to the fence handed out;
@@ -204,7 +220,8 @@ impl Lock {
     /// Extends the lease if the key still holds our value on a majority. `Ok(false)`: it does
     /// not, and cannot (lost).
     pub async fn renew(&mut self) -> Result<bool, Fault> {
-        let (n, quorum) = (self.nodes.len(), self.quorum());
+        let n = self.nodes.len();
+        let quorum = quorum(n);
         let Lock { nodes, keys, value, ttl, .. } = self;
         let mut script = scripts::RENEW.key(&keys.lock);
         script.arg(value.as_str()).arg(millis(*ttl));
@@ -230,7 +247,7 @@ impl Lock {
         Err(if faults.is_empty() {
             Fault::Unavailable(format!("renewed on {renewed} of {n} nodes, {quorum} needed"))
         } else {
-            worst(faults)
+            fault::worst(faults)
         })
     }
 
@@ -261,24 +278,10 @@ impl Lock {
         // A node that did not answer may still hold the lock: that is a failure to retry (a
         // retry finds the nodes already released "not ours", which is fine), never a success.
         if !faults.is_empty() {
-            return Err(worst(faults));
+            return Err(fault::worst(faults));
         }
         outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))
     }
-}
-
-/// The fault that best explains a failure on several nodes: a mistake to fix before an outage.
-fn worst(faults: Vec<Fault>) -> Fault {
-    let rank = |f: &Fault| match f {
-        Fault::WrongType(_) => 0,
-        Fault::Config(_) => 1,
-        Fault::Denied(_) => 2,
-        Fault::Internal(_) => 3,
-        Fault::Failed(_) => 4,
-        Fault::Transient(_) => 5,
-        Fault::Unavailable(_) => 6,
-    };
-    faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
 }
 
 async fn acquire_on(
@@ -295,21 +298,19 @@ async fn acquire_on(
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
     let reply: Vec<Value> = node.invoke(&script).await?;
-    let unexpected = || Fault::Internal(format!("unexpected reply to acquire ({} elements)", reply.len()));
+    let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {
-        Some(Value::Int(1)) => Ok(NodeAcquired::Granted(as_fence(reply.get(1)).ok_or_else(unexpected)?)),
-        Some(Value::Int(0)) => {
-            let pttl = as_int(reply.get(1)).ok_or_else(unexpected)?;
-            let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-            Ok(NodeAcquired::Busy { pttl, holder: as_bytes(reply.get(2)) })
+        Some(Value::Int(1)) => {
+            Ok(NodeAcquired::Granted(replies::fence(reply.get(1)).ok_or_else(unexpected)?))
         }
-        Some(Value::Int(2)) => Ok(NodeAcquired::Done(as_bytes(reply.get(1)))),
-        Some(Value::Int(-1)) => Err(Fault::WrongType(format!(
-            "key {} holds a value of type {}, not a lock; it was left untouched",
-            show_key(&keys.lock),
-            as_text(reply.get(1))
-        ))),
-        Some(Value::Int(-2)) => Err(fence_fault(keys, &as_text(reply.get(1)))),
+        Some(Value::Int(0)) => {
+            let pttl = replies::int(reply.get(1)).ok_or_else(unexpected)?;
+            let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+            Ok(NodeAcquired::Busy { pttl, holder: replies::bytes(reply.get(2)).unwrap_or_default() })
+        }
+        Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
+        Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),
+        Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
         _ => Err(unexpected()),
     }
 }
@@ -321,7 +322,7 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
     let code = error.split_whitespace().next().unwrap_or_default();
     if error.starts_with("NOPERM") || error.contains("can't run this command") {
         Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
-    } else if conn::is_transient(code) {
+    } else if fault::is_transient(code) {
         Fault::Transient(format!("bumping the fence counter {fence}: {error}"))
     } else if error.contains("would overflow") {
         Fault::WrongType(format!(
@@ -352,87 +353,25 @@ async fn release_on(
     }
     script.arg(value).arg(&keys.released_channel).arg(millis(keep)).arg(if announce { "1" } else { "0" });
     if let Some((_, ttl)) = record {
-        script.arg(success_value()).arg(millis(*ttl));
+        script.arg(Success::now().value()).arg(millis(*ttl));
     }
     let reply: Vec<Value> = node.invoke(&script).await?;
     match reply.get(1) {
         Some(Value::Int(0)) | None => {}
-        error => tracing::warn!("could not record the success of --idempotency-key: {}", as_text(error)),
+        error => {
+            tracing::warn!("could not record the success of --idempotency-key: {}", replies::text(error))
+        }
     }
     match reply.first() {
         Some(Value::Int(1)) => Ok(Released::Deleted),
         Some(Value::Int(2)) => Ok(Released::Kept),
         Some(Value::Int(0)) => Ok(Released::NotOurs),
-        _ => Err(Fault::Internal(format!("unexpected reply to release ({} elements)", reply.len()))),
-    }
-}
-
-/// A fresh owner value: 128 random bits from the OS, then who holds it (for `status`).
-fn owner_value() -> Result<String, Fault> {
-    let mut token = [0u8; 16];
-    rand::rngs::SysRng
-        .try_fill_bytes(&mut token)
-        .map_err(|e| Fault::Internal(format!("cannot read the OS random source: {e}")))?;
-    let hex: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let host = nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-        .unwrap_or_else(|| "unknown".to_owned());
-    let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-    Ok(format!("{hex} {host} {} {started}", std::process::id()))
-}
-
-/// What a success record holds: `<host> <pid> <finished unix ms>`.
-fn success_value() -> String {
-    format!("{} {} {}", hostname(), std::process::id(), unix_ms())
-}
-
-fn hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
-        .unwrap_or_else(|| "unknown".to_owned())
-}
-
-fn unix_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis()
-}
-
-fn as_bytes(v: Option<&Value>) -> Vec<u8> {
-    match v {
-        Some(Value::BulkString(b)) => b.clone(),
-        _ => Vec::new(),
+        _ => Err(replies::unexpected("release", &reply)),
     }
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A fence: the decimal string the script returns (exact; a Lua number is not).
-fn as_fence(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn as_int(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-fn as_text(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-        Some(Value::SimpleString(s)) => s.clone(),
-        Some(Value::Okay) => "OK".to_owned(),
-        other => format!("{other:?}"),
-    }
 }
 
 /// A key for messages: text when it is printable UTF-8, escaped bytes otherwise.

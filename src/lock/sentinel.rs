@@ -98,7 +98,7 @@ impl Drop for Watcher {
 /// Keeps one subscription to `sentinel` in place and reports what it hears.
 async fn follow(sentinel: String, master: String, state: watch::Sender<State>, limit: Duration) {
     // For logs: an address given as user:password@host:port keeps its password to itself.
-    let shown = super::conn::redact_url(&sentinel);
+    let shown = super::url::redact_url(&sentinel);
     let mut subscribed_before = false;
     let mut failures = 0u32;
     loop {

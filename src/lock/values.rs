@@ -1,7 +1,12 @@
-//! What the tool stores, read back for messages and `status`: the lock's value
-//! (`<token> <host> <pid> <start unix ms>`) and a success record (`<host> <pid> <unix ms>`).
+//! What the tool stores, written and read back (for messages and `status`) in one place: the
+//! lock's value (`<token> <host> <pid> <start unix ms>`) and a success record
+//! (`<host> <pid> <unix ms>`).
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rand::TryRng;
+
+use super::Fault;
 
 /// Who holds a lock, from its stored value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +18,21 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// This process, holding from now on with a fresh token: 128 random bits from the OS.
+    pub fn this_process() -> Result<Self, Fault> {
+        let mut token = [0u8; 16];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut token)
+            .map_err(|e| Fault::Internal(format!("cannot read the OS random source: {e}")))?;
+        let token = token.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Holder { token, host: hostname(), pid: std::process::id(), since_ms: unix_ms() })
+    }
+
+    /// The value stored at the lock key.
+    pub fn value(&self) -> String {
+        format!("{} {} {} {}", self.token, self.host, self.pid, self.since_ms)
+    }
+
     /// `None` for a value that redlock-run did not write.
     pub fn parse(value: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(value).ok()?;
@@ -47,6 +67,16 @@ pub struct Success {
 }
 
 impl Success {
+    /// This process, succeeding now.
+    pub fn now() -> Self {
+        Success { host: hostname(), pid: std::process::id(), at_ms: unix_ms() }
+    }
+
+    /// The value stored as the success record.
+    pub fn value(&self) -> String {
+        format!("{} {} {}", self.host, self.pid, self.at_ms)
+    }
+
     pub fn parse(value: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(value).ok()?;
         match text.split(' ').collect::<Vec<_>>()[..] {
@@ -61,6 +91,20 @@ impl Success {
     pub fn describe(&self) -> String {
         format!("{} (pid {}) at {}", self.host, self.pid, rfc3339_ms(self.at_ms))
     }
+}
+
+/// This machine's name, or `unknown` when it has none that fits in a space-separated value.
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn unix_ms() -> u64 {
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 /// A unix time in milliseconds as RFC 3339 (to the second).
@@ -80,5 +124,14 @@ mod tests {
         assert_eq!(Holder::parse(b"someone else's value"), None);
         let s = Success::parse(b"web-2 12 1764460800000").unwrap();
         assert_eq!(s.describe(), "web-2 (pid 12) at 2025-11-30T00:00:00Z");
+    }
+
+    #[test]
+    fn what_is_written_parses_back() {
+        let h = Holder::this_process().unwrap();
+        assert_eq!(h.token.len(), 32);
+        assert_eq!(Holder::parse(h.value().as_bytes()), Some(h));
+        let s = Success::now();
+        assert_eq!(Success::parse(s.value().as_bytes()), Some(s));
     }
 }

@@ -1,0 +1,116 @@
+//! Why a Redis request failed, in the terms the wrapper acts on: the [`Fault`] classes, how a
+//! redis-rs error falls into one, which fault explains a failure on several nodes best, and
+//! the exit status each leads to.
+
+use redis::RedisError;
+
+use crate::exit::Error;
+
+/// Why a Redis request did not give an answer the caller can use.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fault {
+    /// Redis could not be reached: connection refused or timed out, name resolution failed, the
+    /// connection dropped, or no reply came within the timeout. The outcome is unknown and a
+    /// retry (on a new connection) may succeed. The only fault `--fail-open` applies to.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Redis answered, but cannot serve the request now: OOM, READONLY (a replica), LOADING,
+    /// BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN. Retried like an outage, never a reason to run
+    /// without the lock: Redis is there and may hold it.
+    #[error("{0}")]
+    Transient(String),
+    /// Authentication failed or the ACL forbids a command or key.
+    #[error("{0}")]
+    Denied(String),
+    /// The key exists with a type other than string.
+    #[error("{0}")]
+    WrongType(String),
+    /// A configuration that cannot work: TLS refused (unknown CA, wrong host name), TLS spoken
+    /// to a plaintext port or plaintext to a TLS port, a master no Sentinel knows.
+    #[error("{0}")]
+    Config(String),
+    /// Anything else Redis said no to (a script error).
+    #[error("{0}")]
+    Failed(String),
+    /// A reply of a shape the scripts never produce, or a local failure: an internal error.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Fault {
+    pub fn from_redis(err: &RedisError) -> Self {
+        let text = err.to_string();
+        if let Some(tls) = tls_failure(err) {
+            return Fault::Config(format!("TLS failed: {tls}"));
+        }
+        if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal()
+        {
+            return Fault::Unavailable(text);
+        }
+        match err.code() {
+            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
+            Some("WRONGTYPE") => return Fault::WrongType(text),
+            // In the server's words ("TRYAGAIN Multiple keys request during rehashing of slot").
+            Some(code) if is_transient(code) => {
+                return Fault::Transient(match err.detail() {
+                    Some(detail) => format!("{code} {detail}"),
+                    None => code.to_owned(),
+                });
+            }
+            _ => {}
+        }
+        // Inside a script an ACL denial comes back as a plain ERR.
+        if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || text.contains("can't run this command")
+            || text.contains("no permissions to access")
+        {
+            return Fault::Denied(text);
+        }
+        Fault::Failed(text)
+    }
+
+    /// The wrapper's error for this fault, with `context` (what was being done) in front.
+    pub fn into_error(self, context: &str) -> Error {
+        match self {
+            Fault::Unavailable(m) => Error::Unavailable(format!("{context}: Redis unavailable: {m}")),
+            Fault::Transient(m) => Error::Unavailable(format!("{context}: Redis answered: {m}")),
+            Fault::Denied(m) => Error::Permission(format!("{context}: Redis denied access: {m}")),
+            Fault::WrongType(m) => Error::WrongType(format!("{context}: {m}")),
+            Fault::Config(m) => Error::Config(format!("{context}: {m}")),
+            Fault::Failed(m) => Error::Unavailable(format!("{context}: Redis failed: {m}")),
+            Fault::Internal(m) => Error::Internal(anyhow::anyhow!("{context}: {m}")),
+        }
+    }
+}
+
+/// Whether an error code is one a Redis gives while it cannot serve a request for now.
+pub fn is_transient(code: &str) -> bool {
+    matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
+}
+
+/// The TLS error behind a Redis error, if that is what it is. (redis-rs keeps the I/O error
+/// behind an `Arc<dyn Error>`, and the TLS error is the I/O error's payload.)
+fn tls_failure(err: &RedisError) -> Option<String> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.as_ref(),
+        None => source,
+    };
+    let io = inner.downcast_ref::<std::io::Error>()?;
+    io.get_ref()?.downcast_ref::<rustls::Error>().map(ToString::to_string)
+}
+
+/// The fault that best explains a failure on several nodes: a mistake to fix before an outage.
+pub fn worst(faults: Vec<Fault>) -> Fault {
+    let rank = |f: &Fault| match f {
+        Fault::WrongType(_) => 0,
+        Fault::Config(_) => 1,
+        Fault::Denied(_) => 2,
+        Fault::Internal(_) => 3,
+        Fault::Failed(_) => 4,
+        Fault::Transient(_) => 5,
+        Fault::Unavailable(_) => 6,
+    };
+    faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
+}

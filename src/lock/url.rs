@@ -1,0 +1,141 @@
+//! Redis URLs as the user gives them: parsed into connection settings, with errors that say
+//! where the URL came from, and shown in messages without their password.
+
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisError};
+
+use crate::exit::Error;
+
+/// Parses the URL that came from `source` (`--redis-url`, a variable, the default).
+pub fn parse(url: &str, source: &str) -> Result<ConnectionInfo, Error> {
+    url.into_connection_info().map_err(|e| invalid(url, source, e))
+}
+
+/// The error for a URL that redis-rs rejected.
+pub fn invalid(url: &str, source: &str, e: RedisError) -> Error {
+    // Neither the URL nor redis-rs's message about it may show a password; say where it came from.
+    Error::Config(format!(
+        "{source} {}: {e} (expected redis://[user[:password]@]host:port[/db], rediss://… or unix:///path)",
+        redact_url(url)
+    ))
+}
+
+/// The URL with any password replaced by `***`, for messages. It must hold for malformed input
+/// too (`redis:/u:pw@h`, `u:pw@h`, `redis//u:pw@h`), which is exactly what error messages show:
+/// after the scheme, if there is one (any name before `://`, or a Redis scheme followed by `:`
+/// or `/`), everything up to the last `@` is credentials — kept is only a user name before a
+/// `:` — and the value of any `pass`/`password` query parameter is replaced too.
+pub fn redact_url(url: &str) -> String {
+    const SCHEMES: [&str; 7] = ["redis", "rediss", "valkey", "valkeys", "unix", "redis+unix", "valkey+unix"];
+    let name = url
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-')))
+        .filter(|_| url.starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(0);
+    let after_colon = if url[name..].starts_with(':') { name + 1 } else { name };
+    let slashes = url[after_colon..].len() - url[after_colon..].trim_start_matches('/').len();
+    // Otherwise `u:` in `u:pw@h` would be taken for a scheme and `pw` for a user name.
+    let is_scheme = (after_colon > name && slashes >= 2)
+        || (SCHEMES.iter().any(|s| s.eq_ignore_ascii_case(&url[..name])) && after_colon + slashes > name);
+    let prefix_end = if is_scheme { after_colon + slashes } else { 0 };
+    let (prefix, rest) = url.split_at(prefix_end);
+    let rest = match rest.rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) if !user.is_empty() && !user.contains(['/', '?', '#']) => {
+                format!("{user}:***{}", &rest[at..])
+            }
+            _ => format!("***{}", &rest[at..]),
+        },
+        // No `@`: `user:password` alone (`redis://bob:pw`) would read as host and port. A "port"
+        // that is not a number may be a password.
+        None => {
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            match rest[..end].rsplit_once(':') {
+                Some((host, port))
+                    if !rest.starts_with('[')
+                        && !port.is_empty()
+                        && !port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    format!("{host}:***{}", &rest[end..])
+                }
+                _ => rest.to_owned(),
+            }
+        }
+    };
+    let rest = match rest.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") => {
+                        format!("{k}=***")
+                    }
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => rest,
+    };
+    format!("{prefix}{rest}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(redact_url("redis://:s3cret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("redis://user:s3cret@h:1"), "redis://user:***@h:1");
+        assert_eq!(redact_url("redis://s3cret@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("rediss://u:p@ss@h"), "rediss://u:***@h");
+        assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&pass=s3cret"),
+            "unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url("redis://:pa#ss@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://u:p/a?s#s@h:1/2"), "redis://u:***@h:1/2");
+    }
+
+    #[test]
+    fn passwords_in_malformed_urls_are_redacted() {
+        for (url, shown) in [
+            ("redis:/u:S3cret@h:6379", "redis:/u:***@h:6379"),
+            ("u:S3cret@h:6379", "u:***@h:6379"),
+            ("redis//u:S3cret@h:1", "redis//u:***@h:1"),
+            ("redis:u:S3cret@h", "redis:u:***@h"),
+            ("redis:///u:S3cret@h", "redis:///u:***@h"),
+            ("redis:/:S3cret@h", "redis:/***@h"),
+            ("S3cret@h:6379", "***@h:6379"),
+            (":S3cret@h", "***@h"),
+            ("//u:S3cret@h", "***@h"),
+            ("redis:/u:S3c@ret@h", "redis:/u:***@h"),
+            ("u:S3c://ret@h", "u:***@h"),
+            ("u:S3cret@h", "u:***@h"),
+            ("redi:u:S3cret@h", "redi:***@h"),
+            ("foo://u:S3cret@h", "foo://u:***@h"),
+            ("redis@:S3cret@h", "redis@:***@h"),
+            ("h:6379?password=S3cret", "h:6379?password=***"),
+            ("redis://bob:S3cret", "redis://bob:***"),
+            ("redis://bob:S3cret/0", "redis://bob:***/0"),
+            ("redis:h?db=1&PASS=S3cret", "redis:h?db=1&PASS=***"),
+            (" redis://u:S3cret@h", " redis:***@h"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("S3c"), "{url}");
+        }
+        // Nothing that looks like credentials: unchanged.
+        for url in [
+            "h:6379",
+            "redis:/h:6379",
+            "redis//h:1",
+            "127.0.0.1",
+            "unix:/run/redis.sock",
+            "",
+            "redis://[::1]:6379/2",
+        ] {
+            assert_eq!(redact_url(url), url);
+        }
+    }
+}
