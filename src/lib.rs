@@ -16,6 +16,7 @@ mod logging;
 mod metrics;
 mod operator;
 mod release;
+mod renew;
 mod run;
 mod signals;
 mod supervise;

@@ -11,10 +11,10 @@ use crate::acquire::{Outcome, acquire};
 use crate::child::{Child, LockEnv};
 use crate::config::Config;
 use crate::exit::Error;
-use crate::lock::renewer::Renewer;
 use crate::lock::{Conn, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
+use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 

@@ -2,7 +2,8 @@
 //! each node of a Redlock quorum, and the quorum rule. Around it: connecting per topology
 //! (`conn`, `sentinel`), what went wrong (`fault`, `mistakes`), URLs (`url`), the scripts and
 //! their replies (`scripts`, `replies`), what is stored (`keys`, `values`), the lease deadline
-//! and its renewal (`lease`, `renewer`), and the operator's view (`admin`).
+//! (`lease`), and the operator's view (`admin`). The retry schedules that use these single
+//! attempts are beside the run's steps: `acquire.rs`, `renew.rs`, `release.rs`.
 
 pub mod admin;
 mod conn;
@@ -10,7 +11,6 @@ mod fault;
 pub mod keys;
 mod lease;
 mod mistakes;
-pub mod renewer;
 mod replies;
 mod scripts;
 mod sentinel;

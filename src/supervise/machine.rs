@@ -17,7 +17,7 @@ use crate::child::Group;
 use crate::config::{KILL_AHEAD, OnLost};
 use crate::exit::status;
 use crate::lock::Lease;
-use crate::lock::renewer::LeaseEvent;
+use crate::renew::LeaseEvent;
 use crate::signals::is_stop_request;
 
 /// How long processes get to die after SIGKILL before the wrapper stops waiting for them (they

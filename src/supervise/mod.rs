@@ -15,7 +15,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::child::{Child, Event as ChildEvent};
 use crate::config::Config;
 use crate::lock::Lease;
-use crate::lock::renewer::LeaseEvent;
+use crate::renew::LeaseEvent;
 use crate::signals::Signals;
 pub use machine::StopReason;
 use machine::{Action, Input, Machine, Rules};

@@ -21,7 +21,7 @@ use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 
 use super::*;
-use crate::lock::renewer::LeaseEvent;
+use crate::renew::LeaseEvent;
 
 const TTL: Duration = Duration::from_millis(3000);
 

@@ -1,5 +1,6 @@
 //! The renewal loop: keeps the lease alive while the command runs and reports what happens to
-//! the supervisor, which owns the decision to stop the command.
+//! the supervisor, which owns the decision to stop the command. Its retry schedule sits beside
+//! those of `acquire.rs` and `release.rs`; `lock/` makes single attempts.
 
 use std::time::Duration;
 
@@ -7,8 +8,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
-use super::{Fault, Lease, Lock};
 use crate::backoff::full_jitter;
+use crate::lock::{Fault, Lease, Lock};
 
 #[derive(Debug)]
 pub enum LeaseEvent {
