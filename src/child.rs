@@ -334,7 +334,8 @@ mod tests {
         use super::stop_pending;
         let status = |pnd: &str, shd: &str, blk: &str, cgt: &str| {
             format!(
-                "State:\tD (disk sleep)\nSigPnd:\t{pnd}\nShdPnd:\t{shd}\nSigBlk:\t{blk}\nSigIgn:\t0000000000000000\nSigCgt:\t{cgt}\n"
+                "State:\tD (disk sleep)\nSigPnd:\t{pnd}\nShdPnd:\t{shd}\nSigBlk:\t{blk}\n\
+                 SigIgn:\t0000000000000000\nSigCgt:\t{cgt}\n"
             )
         };
         let none = "0000000000000000";

@@ -74,13 +74,19 @@ pub struct Cli {
     /// Exit status when the lock is busy (like flock -E)
     ///
     /// The status when someone else holds the lock (after --wait, if given).
-    #[arg(long, env = "REDLOCK_BUSY_EXIT_CODE", value_name = "N", default_value_t = crate::exit::status::BUSY, help_heading = "Lock")]
+    #[arg(
+        long,
+        env = "REDLOCK_BUSY_EXIT_CODE",
+        value_name = "N",
+        default_value_t = crate::exit::status::BUSY,
+        help_heading = "Lock",
+    )]
     pub busy_exit_code: u8,
 
     /// Hold the lock at least this long
     ///
-    /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks disagree); the wrapper does
-    /// not wait for it: the lock is left to expire then.
+    /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks
+    /// disagree); the wrapper does not wait for it: the lock is left to expire then.
     #[arg(long, env = "REDLOCK_MIN_HOLD", value_name = "DUR", help_heading = "Lock")]
     pub min_hold: Option<String>,
 
@@ -118,7 +124,12 @@ pub struct Cli {
     /// If Redis cannot be reached at start, run the command anyway, without a lock (loud
     /// warning). Never when Redis answered (out of memory, read-only, loading) or on a
     /// configuration mistake.
-    #[arg(long, env = "REDLOCK_FAIL_OPEN", value_parser = switch("REDLOCK_FAIL_OPEN"), help_heading = "Waiting")]
+    #[arg(
+        long,
+        env = "REDLOCK_FAIL_OPEN",
+        value_parser = switch("REDLOCK_FAIL_OPEN"),
+        help_heading = "Waiting",
+    )]
     pub fail_open: bool,
 
     /// Renewal period [default: ttl/3]
@@ -139,7 +150,14 @@ pub struct Cli {
     ///
     /// The lock is lost when the key holds another value, or when ownership cannot be
     /// confirmed before the lease runs out.
-    #[arg(long, env = "REDLOCK_ON_LOST", value_name = "ACTION", value_enum, default_value_t = OnLostArg::Terminate, help_heading = "Command supervision")]
+    #[arg(
+        long,
+        env = "REDLOCK_ON_LOST",
+        value_name = "ACTION",
+        value_enum,
+        default_value_t = OnLostArg::Terminate,
+        help_heading = "Command supervision",
+    )]
     pub on_lost: OnLostArg,
 
     /// Stop the command after this long (exit 124)
@@ -153,7 +171,12 @@ pub struct Cli {
     ///
     /// Sets no_new_privs, so that sudo and setuid programs cannot make the command another
     /// user's process, which the wrapper could no longer stop.
-    #[arg(long, env = "REDLOCK_NO_NEW_PRIVS", value_parser = switch("REDLOCK_NO_NEW_PRIVS"), help_heading = "Command supervision")]
+    #[arg(
+        long,
+        env = "REDLOCK_NO_NEW_PRIVS",
+        value_parser = switch("REDLOCK_NO_NEW_PRIVS"),
+        help_heading = "Command supervision",
+    )]
     pub no_new_privs: bool,
 
     #[command(flatten)]
@@ -370,7 +393,12 @@ pub struct RedisArgs {
     /// Do not verify the server's certificate
     ///
     /// Nor its host name; a warning says so on every run.
-    #[arg(long, env = "REDLOCK_TLS_INSECURE", value_parser = switch("REDLOCK_TLS_INSECURE"), help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_INSECURE",
+        value_parser = switch("REDLOCK_TLS_INSECURE"),
+        help_heading = "Redis connection",
+    )]
     pub tls_insecure: bool,
 
     /// Find the master through this Sentinel
@@ -400,7 +428,13 @@ pub struct RedisArgs {
     /// Talk to a Redis Cluster
     ///
     /// The --redis-url values are its seed nodes.
-    #[arg(long, env = "REDLOCK_CLUSTER", value_parser = switch("REDLOCK_CLUSTER"), conflicts_with = "sentinel", help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_CLUSTER",
+        value_parser = switch("REDLOCK_CLUSTER"),
+        conflicts_with = "sentinel",
+        help_heading = "Redis connection",
+    )]
     pub cluster: bool,
 
     /// Bound on connecting to Redis
@@ -426,11 +460,24 @@ pub struct OutputArgs {
     /// Only errors on stderr
     ///
     /// A busy lock and a run skipped by --idempotency-key print nothing; -v wins over it.
-    #[arg(short, long, env = "REDLOCK_QUIET", value_parser = switch("REDLOCK_QUIET"), help_heading = "Output")]
+    #[arg(
+        short,
+        long,
+        env = "REDLOCK_QUIET",
+        value_parser = switch("REDLOCK_QUIET"),
+        help_heading = "Output",
+    )]
     pub quiet: bool,
 
     /// Format of the diagnostics on stderr
-    #[arg(long, env = "REDLOCK_LOG_FORMAT", value_name = "FORMAT", value_enum, default_value_t = LogFormatArg::Text, help_heading = "Output")]
+    #[arg(
+        long,
+        env = "REDLOCK_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum,
+        default_value_t = LogFormatArg::Text,
+        help_heading = "Output",
+    )]
     pub log_format: LogFormatArg,
 }
 

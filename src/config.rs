@@ -639,7 +639,8 @@ fn timeout_too_long(flag: &str, timeout: Duration, slack: Duration, shortest: Op
         None => "shorten it".to_owned(),
     };
     format!(
-        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − kill-grace ({}): {fix}",
+        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+         kill-grace ({}): {fix}",
         humantime::format_duration(timeout),
         humantime::format_duration(micros(slack)),
     )

@@ -35,7 +35,14 @@ pub async fn release(
             }
             Ok(Ok(Released::Kept)) => {
                 let keep_ms = keep.as_millis() as u64;
-                return tracing::info!(key = %key, outcome = "kept", held_ms, keep_ms, command_status, "released");
+                return tracing::info!(
+                    key = %key,
+                    outcome = "kept",
+                    held_ms,
+                    keep_ms,
+                    command_status,
+                    "released"
+                );
             }
             Ok(Ok(Released::NotOurs)) => {
                 return tracing::warn!(

@@ -64,7 +64,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let (fence, lease) = match outcome? {
         Outcome::Acquired { fence, lease } => (fence, lease),
         Outcome::AlreadyDone { record } => {
-            tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {}", already_done(config, &record));
+            let done = already_done(config, &record);
+            tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {done}");
             report.outcome = Some(RunOutcome::Skipped);
             return Ok(0);
         }

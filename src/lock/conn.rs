@@ -183,7 +183,8 @@ impl Conn {
             Some(watcher) if watcher.epoch() != self.link_epoch => {
                 self.link = None;
                 Err(Fault::Unavailable(
-                    "the Sentinels switched the master while a request was in flight; its outcome does not count"
+                    "the Sentinels switched the master while a request was in flight; its outcome does \
+                     not count"
                         .into(),
                 ))
             }

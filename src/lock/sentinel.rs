@@ -134,7 +134,8 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
                     });
                     let ((old_host, old_port), (new_host, new_port)) = switch;
                     let text = format!(
-                        "the Sentinels switched master {master:?} from {old_host}:{old_port} to {new_host}:{new_port}"
+                        "the Sentinels switched master {master:?} from {old_host}:{old_port} to \
+                         {new_host}:{new_port}"
                     );
                     if news {
                         tracing::info!(sentinel = %shown, "{text}");
@@ -143,7 +144,8 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
                     }
                 }
                 state.send_modify(|s| s.live -= 1);
-                tracing::debug!(sentinel = %shown, "the subscription to the Sentinel broke; subscribing again");
+                let why = "the subscription to the Sentinel broke; subscribing again";
+                tracing::debug!(sentinel = %shown, "{why}");
             }
             Ok(Err(e)) => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
             Err(_) => tracing::debug!(sentinel = %shown, "subscribing to the Sentinel timed out"),

@@ -400,7 +400,8 @@ impl Machine {
             }
             LeaseEvent::Failing { error, left } => {
                 self.renewal_failures += 1;
-                tracing::warn!(left_ms = left.as_millis() as u64, error = %error, "renewal failing, retrying");
+                let left_ms = left.as_millis() as u64;
+                tracing::warn!(left_ms, error = %error, "renewal failing, retrying");
             }
             LeaseEvent::Lost => {
                 self.lose(now, "the key no longer holds this run's value (deleted, replaced or expired)");
