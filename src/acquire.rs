@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::backoff::full_jitter;
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
-use crate::lock::{Acquired, Fault, Holder, Lease, Lock, show_key};
+use crate::lock::{Acquired, Fault, Holder, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
@@ -27,15 +27,13 @@ pub enum Outcome {
     Acquired {
         fence: i64,
         lease: Lease,
+        /// This run's place in the queue when it joined (1 = next), if it had to queue.
+        queue_position: Option<u64>,
     },
     /// `--idempotency-key`: a run with this ID already succeeded.
-    AlreadyDone {
-        record: Vec<u8>,
-    },
+    AlreadyDone { record: Vec<u8> },
     /// `--fail-open`: Redis stayed unreachable; run without the lock.
-    Unlocked {
-        reason: String,
-    },
+    Unlocked { reason: String },
 }
 
 pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) -> Result<Outcome, Error> {
@@ -44,6 +42,11 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
     let mut releases: Option<PubSubStream> = None;
     let mut outage_failures = 0u32;
+    // Waiters queue in arrival order (one Redis); a Redlock quorum's waiters retry on every
+    // announced release instead.
+    let join = !config.wait.is_zero();
+    let queued = join && lock.queues();
+    let mut queue_position = None;
     // Whether Redis answered any attempt of the current outage (then it is not unreachable).
     let mut answered = false;
 
@@ -53,7 +56,7 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             if !config.wait.is_zero() && releases.is_none() {
                 releases = Some(lock.watch_releases().await?);
             }
-            lock.acquire().await
+            lock.acquire(join).await
         };
         let mut interrupted = None;
         let attempt = tokio::select! {
@@ -73,21 +76,37 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             Ok(Acquired::Yes { fence, lease })
                 if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
             {
-                return Ok(Outcome::Acquired { fence, lease });
+                return Ok(Outcome::Acquired { fence, lease, queue_position });
             }
             Ok(Acquired::Yes { .. }) => {
                 let _ = lock.release(Duration::ZERO, false).await;
                 Fault::Unavailable("Redis answered too slowly: too little of the lease was left".into())
             }
             Ok(Acquired::AlreadyDone { record }) => return Ok(Outcome::AlreadyDone { record }),
-            Ok(Acquired::Busy { pttl, holder }) => {
+            Ok(busy_now @ (Acquired::Busy { .. } | Acquired::Queued { .. })) => {
                 outage_failures = 0;
                 answered = false;
-                if now >= wait_until {
-                    return Err(busy(config, pttl, &holder));
+                let (pttl, position) = match &busy_now {
+                    Acquired::Busy { pttl, position, .. } => (*pttl, *position),
+                    Acquired::Queued { position, .. } => (None, *position),
+                    _ => unreachable!("matched above"),
+                };
+                if queue_position.is_none() && position.is_some() {
+                    queue_position = position;
+                    tracing::info!(key = %config.key.escape_ascii(), position, "queued for the lock");
                 }
-                let retry_in = pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
-                    + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50));
+                if now >= wait_until {
+                    leave(lock, queued).await;
+                    return Err(busy(config, &busy_now));
+                }
+                // A queued waiter tries again when told its turn has come, and at each
+                // keep-alive (which also notices a lock that expired without a release).
+                let retry_in = if queued {
+                    QUEUE_KEEPALIVE
+                } else {
+                    pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
+                        + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50))
+                };
                 tracing::debug!(
                     retry_in_ms = retry_in.as_millis() as u64,
                     "lock busy; waiting for its release"
@@ -100,7 +119,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                             releases = None;
                         }
                     }
-                    sig = signals.recv_before_start() => return Err(Error::interrupted(sig)),
+                    sig = signals.recv_before_start() => {
+                        leave(lock, queued).await;
+                        return Err(Error::interrupted(sig));
+                    }
                     // Releases are announced on the new master: listen and try there at once.
                     () = lock.master_changed() => releases = None,
                 }
@@ -158,9 +180,22 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
 }
 
 /// Best-effort, bounded compare-and-delete after giving up on an attempt whose outcome is
-/// unknown. On the same connection it is processed after the abandoned request.
+/// unknown (and the place in the queue it may have taken). On the same connection it is
+/// processed after the abandoned request.
 async fn abandon(lock: &mut Lock) {
-    let _ = tokio::time::timeout(ABANDON_LIMIT, lock.release(Duration::ZERO, false)).await;
+    let _ = tokio::time::timeout(ABANDON_LIMIT, async {
+        let _ = lock.release(Duration::ZERO, false).await;
+        let _ = lock.leave_queue().await;
+    })
+    .await;
+}
+
+/// Gives up the place in the queue at once, so that the runs behind move up (bounded; an
+/// entry left behind lapses by itself).
+async fn leave(lock: &mut Lock, queued: bool) {
+    if queued {
+        let _ = tokio::time::timeout(ABANDON_LIMIT, lock.leave_queue()).await;
+    }
 }
 
 /// Resolves when a release is announced (`true`) or the subscription ends (`false`); never
@@ -173,8 +208,26 @@ async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
 }
 
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with
-/// the holder and its time left also apart, for the JSON error line.
-fn busy(config: &Config, pttl: Option<Duration>, holder: &[u8]) -> Error {
+/// the holder and its time left also apart, for the JSON error line. A free lock with runs
+/// queued for it is busy too, for those that did not queue.
+fn busy(config: &Config, found: &Acquired) -> Error {
+    let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
+    let (pttl, holder) = match found {
+        Acquired::Busy { pttl, holder, .. } => (*pttl, holder),
+        Acquired::Queued { first, .. } => {
+            let who = Holder::parse(first).map(|h| h.describe()).unwrap_or_else(|| "another run".to_owned());
+            return Error::Busy {
+                message: format!(
+                    "lock {} is {state}: free, but runs are queued for it, first {who}",
+                    show_key(&config.key)
+                ),
+                holder: format!("queued: {who}"),
+                expires_in: None,
+                code: config.busy_exit_code,
+            };
+        }
+        _ => unreachable!("only a busy answer is reported busy"),
+    };
     let who = match Holder::parse(holder) {
         Some(h) => h.describe(),
         None => "another client (not a redlock-run value)".to_owned(),
@@ -188,7 +241,6 @@ fn busy(config: &Config, pttl: Option<Duration>, holder: &[u8]) -> Error {
                  (redlock-run release --force)"
             .to_owned(),
     };
-    let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
     Error::Busy {
         message: format!("lock {} is {state}: held by {who}; {left}", show_key(&config.key)),
         holder: who,

@@ -74,6 +74,8 @@ pub struct Report {
     pub exit_status: u8,
     pub command_status: Option<u8>,
     pub acquire_wait: Option<Duration>,
+    /// The run's place in the queue when it joined it (1 = next); `None` if it never queued.
+    pub queue_position: Option<u64>,
     pub held: Option<Duration>,
     pub renewals: u64,
     pub renewal_failures: u64,
@@ -124,6 +126,11 @@ fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
             &one(wait.as_secs_f64()),
         );
     }
+    gauge(
+        "redlock_run_queue_position",
+        "The last run's place in the queue when it joined it (1 = next); 0 if it did not queue.",
+        &one(report.queue_position.unwrap_or(0) as f64),
+    );
     if let Some(held) = report.held {
         gauge("redlock_run_hold_seconds", "How long the last run held the lock.", &one(held.as_secs_f64()));
     }

@@ -136,7 +136,12 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
         .map(|(id, value)| (String::from_utf8_lossy(id).into_owned(), Success::parse(value)))
         .collect();
 
+    // The first queued waiters, in order (values that do not parse are skipped).
+    let waiters: Vec<Holder> =
+        snap.first_waiters.iter().filter_map(|(value, _)| Holder::parse(value)).collect();
+
     if json {
+        let first_json: Vec<_> = waiters.iter().map(holder_json).collect();
         let holder_json = holder.as_ref().map(holder_json);
         let records_json: Vec<_> = records
             .iter()
@@ -162,6 +167,7 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
             "fence": snap.fence,
             "idempotency_records": records_json,
             "more_idempotency_records": snap.more_records,
+            "queue": { "waiters": snap.waiters, "first": first_json },
         });
         return (String::new(), out, held);
     }
@@ -190,6 +196,15 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
         match snap.fence {
             Some(f) => t.push_str(&format!("  fence:  {f} (the last acquisition's)\n")),
             None => t.push_str("  fence:  none yet\n"),
+        }
+        if snap.waiters > 0 {
+            t.push_str(&format!("  queue:  {} waiting\n", snap.waiters));
+            for (i, w) in waiters.iter().enumerate() {
+                t.push_str(&format!("    {}. {}\n", i + 1, w.describe()));
+            }
+            if snap.waiters > waiters.len() as u64 {
+                t.push_str("    … (more not listed)\n");
+            }
         }
         if !records.is_empty() {
             t.push_str("  idempotency records:\n");

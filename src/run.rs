@@ -62,7 +62,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let outcome = acquire(&mut lock, config, &mut signals).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fence, lease) = match outcome? {
-        Outcome::Acquired { fence, lease } => (fence, lease),
+        Outcome::Acquired { fence, lease, queue_position } => {
+            report.queue_position = queue_position;
+            (fence, lease)
+        }
         Outcome::AlreadyDone { record } => {
             let done = already_done(config, &record);
             tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {done}");

@@ -99,11 +99,12 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let channel = format!("{{{key}}}:released");
+    // A queued waiter listens on a wake-up channel of its own.
+    let channels = format!("{{{key}}}:wake:*");
     assert!(
         wait_until(Duration::from_secs(5), || {
-            let n: Vec<(String, i64)> = redis.cmd(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()]);
-            n.first().is_some_and(|(_, subscribers)| *subscribers == 1)
+            let found: Vec<String> = redis.cmd(&[b"PUBSUB", b"CHANNELS", channels.as_bytes()]);
+            found.len() == 1
         }),
         "the waiter subscribed"
     );

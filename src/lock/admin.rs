@@ -12,6 +12,8 @@ use crate::backoff::full_jitter;
 const MAX_RECORDS: usize = 100;
 /// Bound on SCAN calls while looking for success records.
 const MAX_SCANS: usize = 100;
+/// How many queued waiters `status` lists (the first ones).
+const MAX_WAITERS: usize = 10;
 
 /// The lock key, its fence and success records, as one `status` call saw them.
 #[derive(Debug)]
@@ -26,6 +28,10 @@ pub struct Snapshot {
     pub records: Vec<(Vec<u8>, Vec<u8>)>,
     /// More records exist than are listed.
     pub more_records: bool,
+    /// How many runs are queued for the lock (live entries).
+    pub waiters: u64,
+    /// The first of them, in order: their lock values (host, pid, start) and arrival numbers.
+    pub first_waiters: Vec<(Vec<u8>, u64)>,
 }
 
 /// What `status` reads. Redis answering "not now" (TRYAGAIN during a slot migration, LOADING,
@@ -46,9 +52,23 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
 }
 
 async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
-    let reply: Vec<Value> = conn.invoke(scripts::STATUS.key(&keys.lock).key(&keys.fence)).await?;
-    let [kind, value, pttl, fence] = &reply[..] else {
+    let mut script = scripts::STATUS.key(&keys.lock);
+    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).arg(MAX_WAITERS);
+    let reply: Vec<Value> = conn.invoke(&script).await?;
+    let [kind, value, pttl, fence, waiters, first] = &reply[..] else {
         return Err(replies::unexpected("status", &reply));
+    };
+    let waiters = replies::int(Some(waiters)).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+    let first_waiters = match first {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|pair| {
+                let value = replies::bytes(pair.first())?;
+                let seq = replies::text(pair.get(1)).parse().ok()?;
+                Some((value, seq))
+            })
+            .collect(),
+        _ => Vec::new(),
     };
     let kind = replies::text(Some(kind));
     let value = replies::bytes(Some(value));
@@ -59,7 +79,7 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
     };
     let fence = replies::fence(Some(fence));
     let (records, more_records) = records(conn, keys).await?;
-    Ok(Snapshot { kind, value, ttl, fence, records, more_records })
+    Ok(Snapshot { kind, value, ttl, fence, records, more_records, waiters, first_waiters })
 }
 
 /// Success records of `--idempotency-key`, found with SCAN (bounded).
@@ -110,8 +130,9 @@ pub enum Forced {
 }
 
 pub async fn force_release(conn: &mut Conn, keys: &Keys) -> Result<Forced, Fault> {
-    let reply: Vec<Value> =
-        conn.invoke(scripts::FORCE_RELEASE.key(&keys.lock).arg(&keys.released_channel)).await?;
+    let mut script = scripts::FORCE_RELEASE.key(&keys.lock);
+    script.key(&keys.queue).key(&keys.queue_expiry).arg(&keys.released_channel).arg(&keys.wake_prefix);
+    let reply: Vec<Value> = conn.invoke(&script).await?;
     match &reply[..] {
         [Value::Int(1), Value::BulkString(v)] => Ok(Forced::Deleted(v.clone())),
         [Value::Int(0)] => Ok(Forced::Free),

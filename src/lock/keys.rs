@@ -11,8 +11,17 @@ pub struct Keys {
     /// What every derived name starts with (see [`slot_prefix`]).
     prefix: Vec<u8>,
     pub fence: Vec<u8>,
-    /// Pub/sub channel on which a release is announced to waiters.
+    /// Pub/sub channel on which a release is announced to waiters that do not queue (Redlock)
+    /// and to older versions.
     pub released_channel: Vec<u8>,
+    /// The fair queue of waiters: a sorted set of their lock values, scored by arrival.
+    pub queue: Vec<u8>,
+    /// When each queued waiter's entry lapses unless kept alive (server ms), by lock value.
+    pub queue_expiry: Vec<u8>,
+    /// The counter that numbers arrivals in the queue.
+    pub queue_seq: Vec<u8>,
+    /// What a waiter's wake-up channel starts with; its token follows (see [`Keys::wake`]).
+    pub wake_prefix: Vec<u8>,
 }
 
 impl Keys {
@@ -22,8 +31,19 @@ impl Keys {
             lock: lock.to_vec(),
             fence: derived(&prefix, b":fence"),
             released_channel: derived(&prefix, b":released"),
+            queue: derived(&prefix, b":queue"),
+            queue_expiry: derived(&prefix, b":queue:expiry"),
+            queue_seq: derived(&prefix, b":queue:seq"),
+            wake_prefix: derived(&prefix, b":wake:"),
             prefix,
         }
+    }
+
+    /// The channel on which the waiter with this token is told that its turn has come.
+    pub fn wake(&self, token: &str) -> Vec<u8> {
+        let mut channel = self.wake_prefix.clone();
+        channel.extend_from_slice(token.as_bytes());
+        channel
     }
 
     /// The success record of `--idempotency-key ID`.
@@ -125,6 +145,9 @@ mod tests {
             let keys = Keys::new(key);
             assert_eq!(slot(&keys.fence), slot(key), "fence of {key:?}");
             assert_eq!(slot(&keys.released_channel), slot(key), "channel of {key:?}");
+            for name in [&keys.queue, &keys.queue_expiry, &keys.queue_seq, &keys.wake("0123abcd")] {
+                assert_eq!(slot(name), slot(key), "{:?} of {key:?}", String::from_utf8_lossy(name));
+            }
             assert_ne!(keys.fence, keys.lock);
         }
     }

@@ -40,8 +40,12 @@ const FENCE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 pub enum Acquired {
     /// The lock is ours: its fence and the lease measured from just before the request.
     Yes { fence: i64, lease: Lease },
-    /// Someone else holds it: their remaining TTL (`None`: the key never expires) and value.
-    Busy { pttl: Option<Duration>, holder: Vec<u8> },
+    /// Someone else holds it: their remaining TTL (`None`: the key never expires) and value;
+    /// `position`: this run's place in the queue when it joined it (1 = next).
+    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64> },
+    /// The lock is free, but other runs are queued for it ahead of this one: the first of
+    /// them (its lock value), and this run's place when it joined the queue.
+    Queued { first: Vec<u8>, position: Option<u64> },
     /// The success record of `--idempotency-key` exists: the work is done. Nothing was taken.
     AlreadyDone { record: Vec<u8> },
 }
@@ -56,6 +60,13 @@ pub enum Released {
     /// The key did not hold our value (expired or taken over) and was left untouched.
     NotOurs,
 }
+
+/// How long a queued waiter's entry lives without a keep-alive. A waiter that dies delays the
+/// queue by at most this plus [`QUEUE_KEEPALIVE`].
+pub const QUEUE_ENTRY: Duration = Duration::from_millis(1500);
+/// How often a queued waiter keeps its entry alive; each keep-alive is also an attempt, so a
+/// lock that expired (its holder died) goes to the first waiter within this.
+pub const QUEUE_KEEPALIVE: Duration = Duration::from_millis(500);
 
 /// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
 pub fn quorum(n: usize) -> usize {
@@ -79,7 +90,8 @@ pub struct Lock {
 /// One node's answer to an acquisition.
 enum NodeAcquired {
     Granted(i64),
-    Busy { pttl: Option<Duration>, holder: Vec<u8> },
+    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64> },
+    Queued { first: Vec<u8>, position: Option<u64> },
     Done(Vec<u8>),
 }
 
@@ -95,12 +107,21 @@ impl Lock {
         Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record })
     }
 
-    /// Subscribes to the announcement of this lock's release (for waiters), on the first node
-    /// that accepts: every node announces each release.
+    /// Whether waiters queue in arrival order: on one Redis (a single node, the Sentinels'
+    /// master, a Cluster). A Redlock quorum does not queue: independent queues could each put
+    /// another waiter first, and no one would get a majority.
+    pub fn queues(&self) -> bool {
+        self.nodes.len() == 1
+    }
+
+    /// Subscribes to what wakes a waiter, on the first node that accepts: its own turn in the
+    /// queue ([`Lock::queues`]), or else the announcement of each release.
     pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
+        let channel =
+            if self.queues() { self.keys.wake(self.token()) } else { self.keys.released_channel.clone() };
         let mut last = Fault::Unavailable("no node to subscribe to".into());
         for node in &mut self.nodes {
-            match node.subscribe(&self.keys.released_channel).await {
+            match node.subscribe(&channel).await {
                 Ok(stream) => return Ok(stream),
                 Err(e) => last = e,
             }
@@ -122,6 +143,23 @@ impl Lock {
         &self.value
     }
 
+    /// The random token that starts the value.
+    fn token(&self) -> &str {
+        self.value.split(' ').next().unwrap_or_default()
+    }
+
+    /// Gives up this run's place in the queue (its wait ended without the lock), waking the
+    /// next waiter if the lock is free. Best effort: an entry left behind lapses by itself.
+    pub async fn leave_queue(&mut self) -> Result<(), Fault> {
+        if !self.queues() {
+            return Ok(());
+        }
+        let Lock { nodes, keys, value, .. } = self;
+        let mut script = scripts::LEAVE.key(&keys.lock);
+        script.key(&keys.queue).key(&keys.queue_expiry).arg(value.as_str()).arg(&keys.wake_prefix);
+        nodes[0].invoke::<i64>(&script).await.map(drop)
+    }
+
     /// A short prefix of the token, safe to log.
     pub fn token_prefix(&self) -> &str {
         &self.value[..8]
@@ -141,20 +179,24 @@ impl Lock {
     /// One attempt on every node at once, given up as soon as a majority can no longer grant.
     /// The lease counts from just before the requests went out, so the time the slowest needed
     /// node took is already spent. What a failed attempt took is given back.
-    pub async fn acquire(&mut self) -> Result<Acquired, Fault> {
+    /// With `join`, a busy lock puts this run in the queue (or keeps its place there): see
+    /// [`Lock::queues`].
+    pub async fn acquire(&mut self, join: bool) -> Result<Acquired, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
+        let join = join && self.queues();
         let Lock { nodes, keys, value, ttl, record } = self;
         let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
         let mut pending: FuturesUnordered<_> = nodes
             .iter_mut()
             .enumerate()
-            .map(|(i, node)| async move { (i, acquire_on(node, keys, value, ttl, record).await) })
+            .map(|(i, node)| async move { (i, acquire_on(node, keys, value, ttl, record, join).await) })
             .collect();
         let mut granted_by: Vec<usize> = Vec::new();
         let mut fence = i64::MIN;
-        let mut busy: Vec<(Option<Duration>, Vec<u8>)> = Vec::new();
+        let mut busy: Vec<(Option<Duration>, Vec<u8>, Option<u64>)> = Vec::new();
+        let mut queued = None;
         let mut faults: Vec<Fault> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
@@ -163,14 +205,15 @@ impl Lock {
                     granted_by.push(i);
                     fence = fence.max(f);
                 }
-                Ok(NodeAcquired::Busy { pttl, holder }) => busy.push((pttl, holder)),
+                Ok(NodeAcquired::Busy { pttl, holder, position }) => busy.push((pttl, holder, position)),
+                Ok(NodeAcquired::Queued { first, position }) => queued = Some((first, position)),
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
                 Err(f) => faults.push(f),
             }
             // Stop at once when a majority can no longer grant. Once it has granted, the other
             // nodes still get their answer in (each is bounded by the per-node timeout): a lock
             // on every live node survives the loss of one more, and their fences count too.
-            let refused = busy.len() + faults.len();
+            let refused = busy.len() + faults.len() + usize::from(queued.is_some());
             if done.is_some() || n - refused < quorum {
                 break;
             }
@@ -191,10 +234,14 @@ impl Lock {
         if let Some(record) = done {
             return Ok(Acquired::AlreadyDone { record });
         }
+        if let Some((first, position)) = queued {
+            // Only one node queues (see `queues`).
+            return Ok(Acquired::Queued { first, position });
+        }
         if busy.len() > n - quorum || (faults.is_empty() && !busy.is_empty()) {
-            let soonest = busy.iter().min_by_key(|(pttl, _)| pttl.unwrap_or(Duration::MAX)).cloned();
-            let (pttl, holder) = soonest.expect("busy is not empty");
-            return Ok(Acquired::Busy { pttl, holder });
+            let soonest = busy.iter().min_by_key(|(pttl, ..)| pttl.unwrap_or(Duration::MAX)).cloned();
+            let (pttl, holder, position) = soonest.expect("busy is not empty");
+            return Ok(Acquired::Busy { pttl, holder, position });
         }
         Err(fault::worst(faults))
     }
@@ -290,13 +337,15 @@ async fn acquire_on(
     value: &str,
     ttl: Duration,
     record: Option<&(Vec<u8>, Duration)>,
+    join: bool,
 ) -> Result<NodeAcquired, Fault> {
     let mut script = scripts::ACQUIRE.key(&keys.lock);
-    script.key(&keys.fence);
+    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
     if let Some((record, _)) = record {
         script.key(record);
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
+    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY));
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {
@@ -306,13 +355,23 @@ async fn acquire_on(
         Some(Value::Int(0)) => {
             let pttl = replies::int(reply.get(1)).ok_or_else(unexpected)?;
             let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
-            Ok(NodeAcquired::Busy { pttl, holder: replies::bytes(reply.get(2)).unwrap_or_default() })
+            let holder = replies::bytes(reply.get(2)).unwrap_or_default();
+            Ok(NodeAcquired::Busy { pttl, holder, position: position(reply.get(3)) })
         }
+        Some(Value::Int(3)) => Ok(NodeAcquired::Queued {
+            first: replies::bytes(reply.get(1)).unwrap_or_default(),
+            position: position(reply.get(2)),
+        }),
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
         Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),
         Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
         _ => Err(unexpected()),
     }
+}
+
+/// A place in the queue (`false` from Lua when the run did not join).
+fn position(reply: Option<&Value>) -> Option<u64> {
+    replies::int(reply).and_then(|p| u64::try_from(p).ok()).filter(|p| *p > 0)
 }
 
 /// The fence counter could not be bumped (the lock was not taken): denied by the ACL, Redis
@@ -348,13 +407,16 @@ async fn release_on(
     announce: bool,
 ) -> Result<Released, Fault> {
     let mut script = scripts::RELEASE.key(&keys.lock);
+    script.key(&keys.queue).key(&keys.queue_expiry);
     if let Some((key, _)) = record {
         script.key(key);
     }
     script.arg(value).arg(&keys.released_channel).arg(millis(keep)).arg(if announce { "1" } else { "0" });
-    if let Some((_, ttl)) = record {
-        script.arg(Success::now().value()).arg(millis(*ttl));
-    }
+    match record {
+        Some((_, ttl)) => script.arg(Success::now().value()).arg(millis(*ttl)),
+        None => script.arg("").arg(0),
+    };
+    script.arg(&keys.wake_prefix);
     let reply: Vec<Value> = node.invoke(&script).await?;
     match reply.get(1) {
         Some(Value::Int(0)) | None => {}

@@ -59,8 +59,10 @@ impl RedisServer {
     /// Requests clients have sent (from INFO commandstats): every command except those that
     /// only run inside the tool's scripts, which commandstats counts too.
     pub fn client_requests(&self) -> u64 {
-        const SCRIPT_ONLY: &[&str] =
-            &["set", "get", "type", "pttl", "pexpire", "incr", "del", "publish", "time"];
+        const SCRIPT_ONLY: &[&str] = &[
+            "set", "get", "type", "pttl", "pexpire", "incr", "del", "publish", "time", "zrange", "zscore",
+            "zadd", "zrem", "zrank", "zcount",
+        ];
         let info: String = self.cmd(&[b"INFO", b"commandstats"]);
         info.lines()
             .filter_map(|l| {
