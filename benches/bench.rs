@@ -3,6 +3,8 @@
 //!
 //!     cargo bench                       # full run, prints a Markdown table
 //!     BENCH_RUNS=50 cargo bench         # quicker, fewer samples
+//!     BENCH_QUEUE=10,100 cargo bench    # queue sizes of the scaling table (10,100,1000)
+//!     BENCH_BASELINE=/path/to/old/redlock-run cargo bench   # the scaling table for it too
 //!
 //! It starts its own redis-server on a free loopback port. Reference points: `flock FILE true`
 //! (a local-only lock), bare `true`, and `etcdctl lock` when etcd and etcdctl are installed.
@@ -50,6 +52,7 @@ fn main() {
     redis_cost(&redis, &mut out);
     memory(&url, &mut out);
     throughput(&url, &mut out);
+    scaling(&dir, &mut out);
     println!("{out}");
 }
 
@@ -416,4 +419,164 @@ fn throughput(url: &str, out: &mut String) {
         total as f64 / took.as_secs_f64()
     ));
     let _ = std::io::stdout().flush();
+}
+
+/// How one queue drained.
+struct Drained {
+    wall: Duration,
+    /// Redis requests per run (`None` for etcd).
+    per_run: Option<f64>,
+    /// Consecutive runs out of the order the waiters joined in.
+    inversions: usize,
+}
+
+/// The queue at scale: a holder holds the key while `n` waiters join one after the other (each
+/// known to be waiting before the next starts), then the holder lets go and the queue drains.
+/// For this build, an older build (`BENCH_BASELINE`), and `etcdctl lock` when installed.
+fn scaling(dir: &tempfile::TempDir, out: &mut String) {
+    let sizes: Vec<usize> = std::env::var("BENCH_QUEUE")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![10, 100, 1000]);
+    let baseline = std::env::var("BENCH_BASELINE").ok().filter(|b| Path::new(b).exists());
+    let etcd = etcd_endpoint(dir.path());
+    let mut rows = String::new();
+    for &n in &sizes {
+        let mut tools: Vec<(String, Box<dyn Fn() -> Drained>)> = Vec::new();
+        tools.push(("redlock-run (this build)".into(), Box::new(move || drain_redlock(BIN, n))));
+        if let Some(b) = baseline.clone() {
+            tools.push(("redlock-run (baseline)".into(), Box::new(move || drain_redlock(&b, n))));
+        }
+        if let Some((endpoint, _)) = &etcd {
+            let endpoint = endpoint.clone();
+            tools.push(("`etcdctl lock`".into(), Box::new(move || drain_etcd(&endpoint, n))));
+        }
+        for (label, drain) in tools {
+            let d = drain();
+            let per_run = d.per_run.map(|p| format!("{p:.1}")).unwrap_or_else(|| "n/a".into());
+            rows.push_str(&format!(
+                "| {label} | {n} | {:.2} s | {per_run} | {} of {} |\n",
+                d.wall.as_secs_f64(),
+                d.inversions,
+                n.saturating_sub(1)
+            ));
+            let _ = std::io::stdout().flush();
+        }
+    }
+    if let Some((_, mut server)) = etcd {
+        let _ = server.kill();
+        let _ = server.wait();
+    }
+    out.push_str(&format!(
+        "## The queue at scale\n\nA holder holds one key while N waiters (`--wait`, command \
+         `sh -c 'echo $I >> FILE'`) join one after the other, each known to be waiting before the \
+         next starts; then the holder lets go. Wall time: from the holder's release to the last \
+         waiter's exit. Requests: Redis requests per run from `INFO commandstats` (scripts count \
+         once), keep-alives included. Inversions: consecutive runs out of the order the waiters \
+         joined in.\n\n| tool | waiters | drain time | requests per run | inversions |\n|---|---|---|---|---|\n{rows}\n"
+    ));
+}
+
+/// A waiter's command: append its number.
+fn append_cmd(i: usize, out: &Path) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), format!("echo {i} >> '{}'", out.display())]
+}
+
+fn hold_until(go: &Path) -> Vec<String> {
+    let script = format!(
+        "i=0; while [ ! -e '{}' ] && [ $i -lt 60000 ]; do sleep 0.01; i=$((i+1)); done",
+        go.display()
+    );
+    vec!["sh".into(), "-c".into(), script]
+}
+
+fn inversions(out: &Path) -> usize {
+    let order: Vec<usize> = std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    order.windows(2).filter(|w| w[1] < w[0]).count()
+}
+
+fn drain_redlock(bin: &str, n: usize) -> Drained {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let dir = tmp();
+    let (go, out) = (dir.path().join("go"), dir.path().join("out"));
+    let key = "bench:queue";
+    let mut holder = Command::new(bin)
+        .args(["--redis-url", &url, "--key", key, "--"])
+        .args(hold_until(&go))
+        .spawn()
+        .expect("holder");
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
+    let before = redis.client_requests();
+    // Waiting: in the queue (this build), or subscribed to releases (builds without a queue).
+    let waiting = || {
+        let queued: u64 = redis.cmd(&[b"ZCARD", b"{bench:queue}:queue"]);
+        let subscribed: Vec<(String, u64)> = redis.cmd(&[b"PUBSUB", b"NUMSUB", b"{bench:queue}:released"]);
+        queued + subscribed.first().map(|(_, n)| *n).unwrap_or(0)
+    };
+    let mut waiters: Vec<_> = (0..n)
+        .map(|i| {
+            let child = Command::new(bin)
+                .args(["--redis-url", &url, "--key", key, "--wait", "10m", "-q", "--"])
+                .args(append_cmd(i, &out))
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("waiter");
+            assert!(wait_until(Duration::from_secs(30), || waiting() > i as u64), "waiter {i} is waiting");
+            child
+        })
+        .collect();
+    let released = Instant::now();
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
+    for w in &mut waiters {
+        assert!(wait_bounded(w, Duration::from_secs(600)).success());
+    }
+    let wall = released.elapsed();
+    let used = redis.client_requests().saturating_sub(before + 1);
+    Drained { wall, per_run: Some(used as f64 / n as f64), inversions: inversions(&out) }
+}
+
+fn drain_etcd(endpoint: &str, n: usize) -> Drained {
+    let dir = tmp();
+    let (go, out) = (dir.path().join("go"), dir.path().join("out"));
+    let lock = format!("bench-queue-{n}");
+    let etcdctl = |args: &[&str]| {
+        let mut c = Command::new("etcdctl");
+        c.args(["--endpoints", endpoint]).args(args);
+        c
+    };
+    let mut holder =
+        etcdctl(&["lock", &lock, "--"]).args(hold_until(&go)).stdout(Stdio::null()).spawn().expect("holder");
+    // Each locker (holder and waiters) owns one key under the lock's prefix.
+    let lockers = || {
+        etcdctl(&["get", "--prefix", "--keys-only", &format!("{lock}/")])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().filter(|l| !l.is_empty()).count())
+            .unwrap_or(0)
+    };
+    assert!(wait_until(Duration::from_secs(10), || lockers() == 1), "the etcd holder");
+    let mut waiters: Vec<_> = (0..n)
+        .map(|i| {
+            let child = etcdctl(&["lock", &lock, "--"])
+                .args(append_cmd(i, &out))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("etcdctl");
+            assert!(wait_until(Duration::from_secs(30), || lockers() > i + 1), "etcd waiter {i}");
+            child
+        })
+        .collect();
+    let released = Instant::now();
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
+    for w in &mut waiters {
+        assert!(wait_bounded(w, Duration::from_secs(600)).success());
+    }
+    Drained { wall: released.elapsed(), per_run: None, inversions: inversions(&out) }
 }
