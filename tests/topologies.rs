@@ -699,3 +699,48 @@ fn cluster_redirects_while_slots_move_are_retried_and_a_node_without_cluster_is_
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// In a Cluster the queue lives in the lock key's slot: waiters connected through different
+/// seed nodes still run in the order they joined, each woken on the key's node.
+#[test]
+fn cluster_waiters_run_in_the_order_they_joined() {
+    let cluster = Cluster::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:cluster-queue";
+    let node = cluster.node_for(key.as_bytes());
+    let mut holder = wrapper()
+        .args(["--cluster", "--redis-url", &cluster.seed(), "-k", key, "--", "sh", "-c"])
+        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .env("GO", &go)
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || node.exists(key.as_bytes())));
+    let queue = format!("{{{key}}}:queue");
+    let waiters: Vec<_> = (1..=6)
+        .map(|i| {
+            let seed = cluster.nodes[i % 3].url();
+            let w = wrapper()
+                .args(["--cluster", "--redis-url", &seed, "-k", key, "--wait", "30s", "--", "sh", "-c"])
+                .arg("echo \"$I\" >> \"$OUT\"")
+                .env("I", i.to_string())
+                .env("OUT", &out)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let queued = wait_until(Duration::from_secs(10), || {
+                node.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == i as u64
+            });
+            assert!(queued, "waiter {i} queued");
+            w
+        })
+        .collect();
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    for w in waiters {
+        let o = wait_output(w, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let order = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(order.lines().collect::<Vec<_>>(), ["1", "2", "3", "4", "5", "6"]);
+}
