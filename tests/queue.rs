@@ -223,3 +223,43 @@ fn a_hundred_waiters_cost_four_requests_a_run_plus_keep_alives() {
     assert!(used <= 4 * N as u64 + keep_alives, "{used} requests");
     assert_eq!(runs(&out).len(), N);
 }
+
+/// Waiters for a job that runs once per ID: when the first succeeds, those behind it with the
+/// same ID skip (exit 0) and leave the queue at once, so a run for another ID behind them is
+/// not held up by their entries.
+#[test]
+fn waiters_skipped_by_an_idempotency_record_leave_the_queue() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:once";
+    let mut first = redlock(&redis)
+        .args(["-k", key, "--idempotency-key", "day-1", "--", "sh", "-c"])
+        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .env("GO", &go)
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
+    let same_id: Vec<Child> = (1..=3)
+        .map(|i| {
+            let w = waiter(&redis, key, i, &out, &["--idempotency-key", "day-1"]);
+            assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == i as u64));
+            w
+        })
+        .collect();
+    let other = waiter(&redis, key, 4, &out, &["--idempotency-key", "day-2"]);
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 4));
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut first, LIMIT).success());
+    for w in same_id {
+        let o = wait_output(w, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("already succeeded"));
+    }
+    // Their entries went with them (an entry left behind would hold the queue for 1.5 s).
+    let expiry: u64 = redis.cmd(&[b"ZCARD", format!("{{{key}}}:queue:expiry").as_bytes()]);
+    assert!(queue_len(&redis, key) <= 1 && expiry <= 1, "only the day-2 run may still be queued");
+    let o = wait_output(other, LIMIT);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(runs(&out).iter().map(|(i, _)| *i).collect::<Vec<_>>(), [4]);
+}

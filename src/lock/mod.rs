@@ -345,7 +345,7 @@ async fn acquire_on(
         script.key(record);
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
-    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY));
+    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {

@@ -67,11 +67,12 @@ end
 
 /// KEYS: lock, fence, queue, queue expiry, queue seq[, success record]. ARGV: value, ttl ms,
 /// fence ttl ms, join ("1": queue up when busy), entry ms (how long a queue entry lives without
-/// a keep-alive).
+/// a keep-alive), wake prefix.
 /// → `{1, fence}` acquired (the fence as a decimal string); `{0, pttl, holder, position}` busy;
 ///   `{3, first waiter, position}` free, but other waiters are queued ahead; `{-1, type}` the
 ///   key holds another type; `{-2, error}` the fence counter is unusable (nothing is left held);
-///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken).
+///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken; a queued
+///   run leaves the queue, and the next waiter is woken if the lock is free).
 ///   `position` is this run's place in the queue (1 = next) after joining, or false.
 ///
 /// The queue: a free lock goes to the first live waiter, so that waiters run in the order they
@@ -125,7 +126,13 @@ local function join(now)
 end
 if KEYS[6] then
   local done = redis.call('GET', KEYS[6])
-  if done then return {2, done} end
+  if done then
+    if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+      leave()
+      if redis.call('EXISTS', KEYS[1]) == 0 then wake(KEYS[3], KEYS[4], ARGV[6]) end
+    end
+    return {2, done}
+  end
 end
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
