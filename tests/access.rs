@@ -48,6 +48,14 @@ fn a_least_privilege_user_runs_every_feature() {
         assert!(!r.stderr.contains("Pa55-word"));
     }
     assert!(redis.exists(b"{lock:acl}:done:day-1"));
+    // Queued waiting, also for a key with a hash tag of its own (its channels are `lock:{…`).
+    for key in ["lock:acl", "lock:{job}"] {
+        let mut holder = as_user(&url).args(["-k", key, "--", "sleep", "0.7"]).spawn().expect("spawn");
+        assert!(wait_until(Duration::from_secs(5), || redis.exists(key.as_bytes())));
+        let r = run(as_user(&url).args(["-k", key, "--wait", "10s", "--", "true"]), LIMIT);
+        assert_eq!(r.code, 0, "{key} --wait: {}", r.stderr);
+        assert!(wait_bounded(&mut holder, LIMIT).success());
+    }
     for (args, code) in [
         (&["status", "--key", "lock:acl"][..], 1),
         (&["status", "--key", "lock:acl", "--json"][..], 1),

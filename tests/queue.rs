@@ -263,3 +263,34 @@ fn waiters_skipped_by_an_idempotency_record_leave_the_queue() {
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(runs(&out).iter().map(|(i, _)| *i).collect::<Vec<_>>(), [4]);
 }
+
+/// Entries that lapse while Redis is out of memory (a keep-alive is a write) come back in their
+/// places: each waiter joins again with the arrival number it had.
+#[test]
+fn waiters_keep_their_order_across_a_spell_of_out_of_memory() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let mut holder = holder(&redis, "lock:oom", &go);
+    let waiters = queue_up(&redis, "lock:oom", 5, &out);
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
+    // Longer than an entry lives without a keep-alive (1.5 s): every entry lapses.
+    std::thread::sleep(Duration::from_millis(2500));
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
+    // A lapsed entry is passed over until its waiter joins again; then it has its place back.
+    let live = || {
+        let (secs, micros): (String, String) = redis.cmd(&[b"TIME"]);
+        let now_ms = secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000;
+        let from = format!("({now_ms}");
+        redis.cmd::<u64>(&[b"ZCOUNT", b"{lock:oom}:queue:expiry", from.as_bytes(), b"+inf"])
+    };
+    assert!(wait_until(Duration::from_secs(10), || live() == 5), "all joined again");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    for w in waiters {
+        let o = wait_output(w, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();
+    assert_eq!(order, [1, 2, 3, 4, 5], "served out of order after the entries lapsed");
+}

@@ -85,13 +85,16 @@ pub struct Lock {
     ttl: Duration,
     /// The success record's key and lifetime, with `--idempotency-key`.
     record: Option<(Vec<u8>, Duration)>,
+    /// This run's arrival number in the queue, once it has joined: if its entry lapses, it
+    /// joins again with it and gets its place back.
+    arrival: Option<u64>,
 }
 
 /// One node's answer to an acquisition.
 enum NodeAcquired {
     Granted(i64),
-    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64> },
-    Queued { first: Vec<u8>, position: Option<u64> },
+    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64>, arrival: Option<u64> },
+    Queued { first: Vec<u8>, position: Option<u64>, arrival: Option<u64> },
     Done(Vec<u8>),
 }
 
@@ -104,7 +107,7 @@ impl Lock {
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record })
+        Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record, arrival: None })
     }
 
     /// Whether waiters queue in arrival order: on one Redis (a single node, the Sentinels'
@@ -185,18 +188,22 @@ impl Lock {
         let n = self.nodes.len();
         let quorum = quorum(n);
         let join = join && self.queues();
-        let Lock { nodes, keys, value, ttl, record } = self;
+        let arrival = self.arrival;
+        let Lock { nodes, keys, value, ttl, record, .. } = self;
         let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
         let mut pending: FuturesUnordered<_> = nodes
             .iter_mut()
             .enumerate()
-            .map(|(i, node)| async move { (i, acquire_on(node, keys, value, ttl, record, join).await) })
+            .map(|(i, node)| async move {
+                (i, acquire_on(node, keys, value, ttl, record, join.then_some(arrival)).await)
+            })
             .collect();
         let mut granted_by: Vec<usize> = Vec::new();
         let mut fence = i64::MIN;
         let mut busy: Vec<(Option<Duration>, Vec<u8>, Option<u64>)> = Vec::new();
         let mut queued = None;
+        let mut self_arrival: Option<Option<u64>> = None;
         let mut faults: Vec<Fault> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
@@ -205,8 +212,14 @@ impl Lock {
                     granted_by.push(i);
                     fence = fence.max(f);
                 }
-                Ok(NodeAcquired::Busy { pttl, holder, position }) => busy.push((pttl, holder, position)),
-                Ok(NodeAcquired::Queued { first, position }) => queued = Some((first, position)),
+                Ok(NodeAcquired::Busy { pttl, holder, position, arrival }) => {
+                    self_arrival.get_or_insert(arrival);
+                    busy.push((pttl, holder, position))
+                }
+                Ok(NodeAcquired::Queued { first, position, arrival }) => {
+                    self_arrival.get_or_insert(arrival);
+                    queued = Some((first, position))
+                }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
                 Err(f) => faults.push(f),
             }
@@ -219,6 +232,9 @@ impl Lock {
             }
         }
         drop(pending);
+        if let Some(Some(arrival)) = self_arrival {
+            self.arrival = Some(arrival);
+        }
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
             if n == 1 || self.raise_fence(&granted_by, fence).await >= quorum {
@@ -337,7 +353,7 @@ async fn acquire_on(
     value: &str,
     ttl: Duration,
     record: Option<&(Vec<u8>, Duration)>,
-    join: bool,
+    join: Option<Option<u64>>,
 ) -> Result<NodeAcquired, Fault> {
     let mut script = scripts::ACQUIRE.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
@@ -345,7 +361,8 @@ async fn acquire_on(
         script.key(record);
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
-    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
+    script.arg(if join.is_some() { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
+    script.arg(join.flatten().unwrap_or(0));
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {
@@ -356,11 +373,17 @@ async fn acquire_on(
             let pttl = replies::int(reply.get(1)).ok_or_else(unexpected)?;
             let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
             let holder = replies::bytes(reply.get(2)).unwrap_or_default();
-            Ok(NodeAcquired::Busy { pttl, holder, position: position(reply.get(3)) })
+            Ok(NodeAcquired::Busy {
+                pttl,
+                holder,
+                position: position(reply.get(3)),
+                arrival: position(reply.get(4)),
+            })
         }
         Some(Value::Int(3)) => Ok(NodeAcquired::Queued {
             first: replies::bytes(reply.get(1)).unwrap_or_default(),
             position: position(reply.get(2)),
+            arrival: position(reply.get(3)),
         }),
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
         Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),

@@ -67,13 +67,17 @@ end
 
 /// KEYS: lock, fence, queue, queue expiry, queue seq[, success record]. ARGV: value, ttl ms,
 /// fence ttl ms, join ("1": queue up when busy), entry ms (how long a queue entry lives without
-/// a keep-alive), wake prefix.
-/// → `{1, fence}` acquired (the fence as a decimal string); `{0, pttl, holder, position}` busy;
-///   `{3, first waiter, position}` free, but other waiters are queued ahead; `{-1, type}` the
+/// a keep-alive), wake prefix, arrival number this run had before its entry lapsed ("0": none).
+/// → `{1, fence}` acquired (the fence as a decimal string); `{0, pttl, holder, position,
+///   arrival}` busy; `{3, first waiter, position, arrival}` free, but other waiters are queued
+///   ahead; `{-1, type}` the
 ///   key holds another type; `{-2, error}` the fence counter is unusable (nothing is left held);
 ///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken; a queued
 ///   run leaves the queue, and the next waiter is woken if the lock is free).
-///   `position` is this run's place in the queue (1 = next) after joining, or false.
+///   `position` is this run's place in the queue (1 = next) after joining, or false; `arrival`
+///   its arrival number. A run whose entry lapsed (Redis out of memory, the run stopped) joins
+///   again with the arrival number it had, so it gets its place back; the counter is raised to
+///   it, so that later arrivals still come after it (also when Redis lost the queue).
 ///
 /// The queue: a free lock goes to the first live waiter, so that waiters run in the order they
 /// joined, and a run that does not queue is busy while anyone is queued. Each call of a queued
@@ -112,17 +116,28 @@ local function leave()
   redis.pcall('ZREM', KEYS[4], ARGV[1])
 end
 local function join(now)
-  if ARGV[4] ~= '1' then return false end
+  if ARGV[4] ~= '1' then return false, false end
   local entry = tonumber(ARGV[5])
-  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    local seq = redis.pcall('INCR', KEYS[5])
-    if type(seq) == 'table' then return false end
-    if type(redis.pcall('ZADD', KEYS[3], seq, ARGV[1])) == 'table' then return false end
+  local seq = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if seq then
+    seq = tonumber(seq)
+  else
+    local before = tonumber(ARGV[7])
+    if before > 0 then
+      seq = before
+      if tonumber(redis.call('GET', KEYS[5]) or '0') < before then
+        if type(redis.pcall('SET', KEYS[5], before)) == 'table' then return false, false end
+      end
+    else
+      seq = redis.pcall('INCR', KEYS[5])
+      if type(seq) == 'table' then return false, false end
+    end
+    if type(redis.pcall('ZADD', KEYS[3], seq, ARGV[1])) == 'table' then return false, false end
   end
-  if type(redis.pcall('ZADD', KEYS[4], now + entry, ARGV[1])) == 'table' then return false end
+  if type(redis.pcall('ZADD', KEYS[4], now + entry, ARGV[1])) == 'table' then return false, seq end
   -- The queue lives while someone keeps an entry alive.
   for i = 3, 5 do redis.pcall('PEXPIRE', KEYS[i], 2 * entry) end
-  return redis.call('ZRANK', KEYS[3], ARGV[1]) + 1
+  return redis.call('ZRANK', KEYS[3], ARGV[1]) + 1, seq
 end
 if KEYS[6] then
   local done = redis.call('GET', KEYS[6])
@@ -148,9 +163,9 @@ if holder ~= ARGV[1] then
     leave()
     return {1, fence}
   end
-  local position = join(now)
-  if holder then return {0, redis.call('PTTL', KEYS[1]), holder, position} end
-  return {3, first, position}
+  local position, arrival = join(now)
+  if holder then return {0, redis.call('PTTL', KEYS[1]), holder, position, arrival} end
+  return {3, first, position, arrival}
 end
 leave()
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
