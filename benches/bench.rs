@@ -5,6 +5,8 @@
 //!     BENCH_RUNS=50 cargo bench         # quicker, fewer samples
 //!     BENCH_QUEUE=10,100 cargo bench    # queue sizes of the scaling table (10,100,1000)
 //!     BENCH_BASELINE=/path/to/old/redlock-run cargo bench   # the scaling table for it too
+//!     BENCH_ONLY=scaling cargo bench    # only some sections (overhead, handoff, requests,
+//!                                       # memory, throughput, scaling)
 //!
 //! It starts its own redis-server on a free loopback port. Reference points: `flock FILE true`
 //! (a local-only lock), bare `true`, and `etcdctl lock` when etcd and etcdctl are installed.
@@ -47,12 +49,27 @@ fn main() {
     // Three more independent masters for the Redlock rows.
     let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let quorum: Vec<String> = masters.iter().map(RedisServer::url).collect();
-    overhead(&url, &quorum, &dir, runs, &mut out);
-    handoff(std::slice::from_ref(&url), &quorum, &dir, runs, &mut out);
-    redis_cost(&redis, &mut out);
-    memory(&url, &mut out);
-    throughput(&url, &mut out);
-    scaling(&dir, &mut out);
+    // BENCH_ONLY=scaling,memory runs only those sections.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let wanted = |section: &str| only.is_empty() || only.split(',').any(|s| s.trim() == section);
+    if wanted("overhead") {
+        overhead(&url, &quorum, &dir, runs, &mut out);
+    }
+    if wanted("handoff") {
+        handoff(std::slice::from_ref(&url), &quorum, &dir, runs, &mut out);
+    }
+    if wanted("requests") {
+        redis_cost(&redis, &mut out);
+    }
+    if wanted("memory") {
+        memory(&url, &mut out);
+    }
+    if wanted("throughput") {
+        throughput(&url, &mut out);
+    }
+    if wanted("scaling") {
+        scaling(&dir, &mut out);
+    }
     println!("{out}");
 }
 
@@ -423,6 +440,9 @@ fn throughput(url: &str, out: &mut String) {
 
 /// How one queue drained.
 struct Drained {
+    /// How long the waiters took to join, one after the other (they keep their entries alive
+    /// meanwhile).
+    joining: Duration,
     wall: Duration,
     /// Redis requests per run (`None` for etcd).
     per_run: Option<f64>,
@@ -455,7 +475,8 @@ fn scaling(dir: &tempfile::TempDir, out: &mut String) {
             let d = drain();
             let per_run = d.per_run.map(|p| format!("{p:.1}")).unwrap_or_else(|| "n/a".into());
             rows.push_str(&format!(
-                "| {label} | {n} | {:.2} s | {per_run} | {} of {} |\n",
+                "| {label} | {n} | {:.1} s | {:.2} s | {per_run} | {} of {} |\n",
+                d.joining.as_secs_f64(),
                 d.wall.as_secs_f64(),
                 d.inversions,
                 n.saturating_sub(1)
@@ -473,7 +494,10 @@ fn scaling(dir: &tempfile::TempDir, out: &mut String) {
          next starts; then the holder lets go. Wall time: from the holder's release to the last \
          waiter's exit. Requests: Redis requests per run from `INFO commandstats` (scripts count \
          once), keep-alives included. Inversions: consecutive runs out of the order the waiters \
-         joined in.\n\n| tool | waiters | drain time | requests per run | inversions |\n|---|---|---|---|---|\n{rows}\n"
+         joined in. With the queue a run costs 4 requests (subscribe, join, take the lock when woken, \
+         release) plus a keep-alive every 0.5 s while it waits, here mostly while the later waiters \
+         join (the joining column).\n\n| tool | waiters | joining | drain time | requests per run | inversions |\n\
+         |---|---|---|---|---|---|\n{rows}\n"
     ));
 }
 
@@ -512,6 +536,7 @@ fn drain_redlock(bin: &str, n: usize) -> Drained {
         .expect("holder");
     assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
     let before = redis.client_requests();
+    let joining = Instant::now();
     // Waiting: in the queue (this build), or subscribed to releases (builds without a queue).
     let waiting = || {
         let queued: u64 = redis.cmd(&[b"ZCARD", b"{bench:queue}:queue"]);
@@ -530,6 +555,7 @@ fn drain_redlock(bin: &str, n: usize) -> Drained {
             child
         })
         .collect();
+    let joining = joining.elapsed();
     let released = Instant::now();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
@@ -538,7 +564,7 @@ fn drain_redlock(bin: &str, n: usize) -> Drained {
     }
     let wall = released.elapsed();
     let used = redis.client_requests().saturating_sub(before + 1);
-    Drained { wall, per_run: Some(used as f64 / n as f64), inversions: inversions(&out) }
+    Drained { joining, wall, per_run: Some(used as f64 / n as f64), inversions: inversions(&out) }
 }
 
 fn drain_etcd(endpoint: &str, n: usize) -> Drained {
@@ -560,6 +586,7 @@ fn drain_etcd(endpoint: &str, n: usize) -> Drained {
             .unwrap_or(0)
     };
     assert!(wait_until(Duration::from_secs(10), || lockers() == 1), "the etcd holder");
+    let joining = Instant::now();
     let mut waiters: Vec<_> = (0..n)
         .map(|i| {
             let child = etcdctl(&["lock", &lock, "--"])
@@ -572,11 +599,12 @@ fn drain_etcd(endpoint: &str, n: usize) -> Drained {
             child
         })
         .collect();
+    let joining = joining.elapsed();
     let released = Instant::now();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
     for w in &mut waiters {
         assert!(wait_bounded(w, Duration::from_secs(600)).success());
     }
-    Drained { wall: released.elapsed(), per_run: None, inversions: inversions(&out) }
+    Drained { joining, wall: released.elapsed(), per_run: None, inversions: inversions(&out) }
 }

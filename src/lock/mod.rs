@@ -15,6 +15,9 @@ mod replies;
 mod scripts;
 mod sentinel;
 pub mod url;
+
+#[cfg(test)]
+mod queue_tests;
 mod values;
 
 use std::time::Duration;

@@ -135,8 +135,10 @@ local function join(now)
     if type(redis.pcall('ZADD', KEYS[3], seq, ARGV[1])) == 'table' then return false, false end
   end
   if type(redis.pcall('ZADD', KEYS[4], now + entry, ARGV[1])) == 'table' then return false, seq end
-  -- The queue lives while someone keeps an entry alive.
-  for i = 3, 5 do redis.pcall('PEXPIRE', KEYS[i], 2 * entry) end
+  -- The queue lives while someone keeps an entry alive; the arrival counter as long as the
+  -- fence counter, so that a waiter whose entry lapsed never shares its number with a newer one.
+  for i = 3, 4 do redis.pcall('PEXPIRE', KEYS[i], 2 * entry) end
+  redis.pcall('PEXPIRE', KEYS[5], ARGV[3])
   return redis.call('ZRANK', KEYS[3], ARGV[1]) + 1, seq
 end
 if KEYS[6] then

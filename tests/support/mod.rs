@@ -68,7 +68,9 @@ impl RedisServer {
             .filter_map(|l| {
                 let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
                 let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse::<u64>().ok()?;
-                (!SCRIPT_ONLY.contains(&name) && name != "info" && name != "exists").then_some(calls)
+                // What the tests and the benchmark ask to watch the wrapper is not the wrapper's.
+                let observer = ["info", "exists", "zcard", "pubsub|numsub", "pubsub|channels"];
+                (!SCRIPT_ONLY.contains(&name) && !observer.contains(&name)).then_some(calls)
             })
             .sum()
     }

@@ -1,0 +1,279 @@
+//! The queue's rules, driven with generated event orders against the real scripts on a real
+//! `redis-server` (started here, on a free loopback port, without persistence).
+//!
+//! Simulated waiters attempt (joining the queue or not), keep alive, leave, stop calling (die),
+//! and the holder releases, in generated orders with pauses between them. The queue's clock is
+//! the server's `TIME`, which a test cannot pause: entries live 100 ms here (the scripts take
+//! the lifetime as an argument), and the rules about liveness are checked only outside a
+//! margin around each entry's end, where the local and the server clock could disagree.
+//!
+//! Invariants checked after every step:
+//! - the lock is granted only when it was free;
+//! - a run is granted the lock only if no live waiter joined before it (a run that does not
+//!   queue: no live waiter at all), so waiters are served in arrival order and a run that does
+//!   not wait never jumps the queue;
+//! - the first live waiter is granted a free lock when it asks (no one else can take it);
+//! - arrival numbers increase with each new waiter, and a waiter that joins again keeps its own.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use redis::Value;
+
+use super::{Keys, scripts};
+
+/// An entry's lifetime without a keep-alive, in these tests.
+const ENTRY: Duration = Duration::from_millis(100);
+/// No liveness rule is checked this close to an entry's end (clock and scheduling skew).
+const MARGIN: Duration = Duration::from_millis(40);
+const WAITERS: usize = 5;
+
+struct Server {
+    process: Child,
+    conn: redis::Connection,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for _ in 0..20 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let mut process = Command::new("redis-server")
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server (apt install redis-server)");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
+                    && redis::cmd("PING").query::<String>(&mut conn).is_ok()
+                {
+                    return Server { process, conn, _dir: dir };
+                }
+                if process.try_wait().ok().flatten().is_some() {
+                    break; // the port was taken meanwhile: another one
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        panic!("could not start redis-server");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Waiter `w` asks for the lock, queueing (`join`) or not. A queued waiter's ask is also
+    /// its keep-alive.
+    Ask { w: usize, join: bool },
+    /// The holder releases.
+    Release,
+    /// Waiter `w` gives up its place.
+    Leave(usize),
+    /// Time passes (entries may lapse).
+    Pause(u64),
+}
+
+/// Waiters 0..QUEUERS queue when they ask (runs with `--wait`); the last one never does (a
+/// run without it).
+const QUEUERS: usize = WAITERS - 1;
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0..WAITERS).prop_map(|w| Step::Ask { w, join: w < QUEUERS }),
+        2 => Just(Step::Release),
+        1 => (0..QUEUERS).prop_map(Step::Leave),
+        2 => (0u64..180).prop_map(Step::Pause),
+    ]
+}
+
+/// What the test knows of a waiter.
+#[derive(Debug, Default, Clone)]
+struct Waiter {
+    /// Its arrival number, once it has joined.
+    arrival: Option<u64>,
+    /// Whether it is in the queue (joined, and neither granted nor left since).
+    queued: bool,
+    /// When its entry was last kept alive (local clock, just before the request).
+    kept: Option<Instant>,
+    /// Just after that request returned.
+    kept_done: Option<Instant>,
+}
+
+impl Waiter {
+    /// Certainly alive / certainly lapsed in the server's eyes at `now`.
+    fn surely_live(&self, now: Instant) -> bool {
+        self.queued && self.kept.is_some_and(|k| now + MARGIN < k + ENTRY)
+    }
+    fn surely_lapsed(&self, now: Instant) -> bool {
+        !self.queued || self.kept_done.is_some_and(|k| now > k + ENTRY + MARGIN)
+    }
+    /// Whether it comes before a run with arrival number `mine` (`None`: a run that has not
+    /// joined, which comes after everyone queued).
+    fn before(&self, mine: Option<u64>) -> bool {
+        match (self.arrival, mine) {
+            (Some(a), Some(m)) => a < m,
+            (_, None) => true,
+            (None, Some(_)) => false,
+        }
+    }
+}
+
+fn value(w: usize) -> String {
+    format!("token{w} host{w} {w} 0")
+}
+
+fn ask(conn: &mut redis::Connection, keys: &Keys, w: usize, join: bool, arrival: Option<u64>) -> Vec<Value> {
+    let mut script = scripts::ACQUIRE.key(&keys.lock);
+    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
+    script.arg(value(w)).arg(60_000).arg(60_000);
+    script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(&keys.wake_prefix);
+    script.arg(arrival.unwrap_or(0));
+    script.invoke(conn).expect("ACQUIRE")
+}
+
+fn int(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn check(steps: &[Step]) -> Result<(), TestCaseError> {
+    let mut server = Server::start();
+    let conn = &mut server.conn;
+    let keys = Keys::new(b"lock:generated");
+    let mut waiters = vec![Waiter::default(); WAITERS];
+    let mut holder: Option<usize> = None;
+    let mut highest_arrival = 0u64;
+    for (i, step) in steps.iter().enumerate() {
+        match *step {
+            Step::Pause(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            Step::Release => {
+                let Some(h) = holder.take() else { continue };
+                let mut script = scripts::RELEASE.key(&keys.lock);
+                script.key(&keys.queue).key(&keys.queue_expiry);
+                script.arg(value(h)).arg(&keys.released_channel).arg(0).arg("0").arg("").arg(0);
+                script.arg(&keys.wake_prefix);
+                let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
+                prop_assert_eq!(reply.first(), Some(&Value::Int(1)), "step {}: the holder's release", i);
+            }
+            Step::Leave(w) => {
+                if holder == Some(w) {
+                    continue;
+                }
+                let mut script = scripts::LEAVE.key(&keys.lock);
+                script.key(&keys.queue).key(&keys.queue_expiry).arg(value(w)).arg(&keys.wake_prefix);
+                let _: i64 = script.invoke(conn).expect("LEAVE");
+                waiters[w].queued = false;
+            }
+            Step::Ask { w, join } => {
+                if holder == Some(w) {
+                    continue;
+                }
+                let now = Instant::now();
+                let mine = waiters[w].arrival;
+                let others = || waiters.iter().enumerate().filter(move |(o, _)| *o != w).map(|(_, x)| x);
+                // A live waiter before this run: it must not get the lock.
+                let surely_behind = others().any(|x| x.surely_live(now) && x.before(mine));
+                // A queued run whose own entry is alive, or a new one, with everyone before it
+                // gone: it must get a free lock.
+                let surely_first = join
+                    && (waiters[w].surely_live(now) || mine.is_none())
+                    && others().all(|x| x.surely_lapsed(now) || !x.before(mine));
+                let reply = ask(conn, &keys, w, join, mine);
+                let after = Instant::now();
+                let code = match reply.first() {
+                    Some(Value::Int(n)) => *n,
+                    _ => i64::MIN,
+                };
+                match code {
+                    1 => {
+                        prop_assert!(
+                            holder.is_none(),
+                            "step {}: granted to {} while {:?} holds",
+                            i,
+                            w,
+                            holder
+                        );
+                        prop_assert!(!surely_behind, "step {}: {} jumped the queue: {:?}", i, w, waiters);
+                        holder = Some(w);
+                        waiters[w].queued = false;
+                    }
+                    0 | 3 => {
+                        prop_assert!(
+                            !(holder.is_none() && surely_first),
+                            "step {}: {} was first and the lock free, but was refused: {:?} {:?}",
+                            i,
+                            w,
+                            reply,
+                            waiters
+                        );
+                        prop_assert!(holder.is_some() || code == 3, "step {}: busy with no holder", i);
+                        if join {
+                            let (position, arrival) = match code {
+                                0 => (int(reply.get(3)), int(reply.get(4))),
+                                _ => (int(reply.get(2)), int(reply.get(3))),
+                            };
+                            prop_assert!(position.is_some(), "step {}: {:?}", i, reply);
+                            let Some(arrival) = arrival else {
+                                return Err(TestCaseError::fail(format!(
+                                    "step {i}: no arrival in {reply:?}"
+                                )));
+                            };
+                            match mine {
+                                Some(a) => prop_assert_eq!(a, arrival, "step {}: {} keeps its arrival", i, w),
+                                None => {
+                                    prop_assert!(
+                                        arrival > highest_arrival,
+                                        "step {}: a new arrival is last",
+                                        i
+                                    );
+                                    highest_arrival = arrival;
+                                }
+                            }
+                            waiters[w].arrival = Some(arrival);
+                            waiters[w].queued = true;
+                            waiters[w].kept = Some(now);
+                            waiters[w].kept_done = Some(after);
+                        }
+                    }
+                    _ => prop_assert!(false, "step {}: unexpected reply {:?}", i, reply),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_queue_serves_live_waiters_in_arrival_order(steps in proptest::collection::vec(step(), 1..40)) {
+        check(&steps)?;
+    }
+}
