@@ -557,11 +557,7 @@ fn drain_redlock(bin: &str, n: usize) -> Drained {
         .collect();
     let joining = joining.elapsed();
     let released = Instant::now();
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
-    for w in &mut waiters {
-        assert!(wait_bounded(w, Duration::from_secs(600)).success());
-    }
+    let_go(&go, &mut holder, &mut waiters);
     let wall = released.elapsed();
     let used = redis.client_requests().saturating_sub(before + 1);
     Drained { joining, wall, per_run: Some(used as f64 / n as f64), inversions: inversions(&out) }
@@ -601,10 +597,15 @@ fn drain_etcd(endpoint: &str, n: usize) -> Drained {
         .collect();
     let joining = joining.elapsed();
     let released = Instant::now();
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_bounded(&mut holder, Duration::from_secs(60)).success());
-    for w in &mut waiters {
+    let_go(&go, &mut holder, &mut waiters);
+    Drained { joining, wall: released.elapsed(), per_run: None, inversions: inversions(&out) }
+}
+
+/// The holder lets go; it and every waiter must then succeed.
+fn let_go(go: &Path, holder: &mut std::process::Child, waiters: &mut [std::process::Child]) {
+    std::fs::write(go, "").unwrap();
+    assert!(wait_bounded(holder, Duration::from_secs(60)).success());
+    for w in waiters {
         assert!(wait_bounded(w, Duration::from_secs(600)).success());
     }
-    Drained { joining, wall: released.elapsed(), per_run: None, inversions: inversions(&out) }
 }

@@ -68,6 +68,16 @@ fn queue_up(redis: &RedisServer, key: &str, n: usize, out: &Path) -> Vec<Child> 
         .collect()
 }
 
+/// The holder lets go; it and every waiter must then succeed.
+fn let_go(go: &Path, holder: &mut Child, waiters: Vec<Child>) {
+    std::fs::write(go, "").unwrap();
+    assert!(wait_bounded(holder, LIMIT).success());
+    for w in waiters {
+        let o = wait_output(w, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
 /// (waiter, start ns) in the order the commands ran.
 fn runs(out: &Path) -> Vec<(usize, i128)> {
     std::fs::read_to_string(out)
@@ -102,12 +112,7 @@ fn fifty_waiters_run_in_the_order_they_joined_and_status_shows_the_queue() {
     assert_eq!(json["queue"]["first"][0]["pid"], waiters[0].id());
     assert_eq!(json["queue"]["first"][1]["pid"], waiters[1].id());
 
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_bounded(&mut holder, LIMIT).success());
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
-        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    }
+    let_go(&go, &mut holder, waiters);
     let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();
     assert_eq!(order, (1..=50).collect::<Vec<_>>(), "served out of order");
     assert_eq!(queue_len(&redis, "lock:order"), 0);
@@ -198,12 +203,7 @@ fn a_hundred_waiters_cost_four_requests_a_run_plus_keep_alives() {
         .map(|i| waiter(&redis, "lock:cost", i, &out, &["--metrics-file", metrics[i].to_str().unwrap()]))
         .collect();
     assert!(wait_until(Duration::from_secs(30), || queue_len(&redis, "lock:cost") == N as u64), "all queued");
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_bounded(&mut holder, LIMIT).success());
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
-        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    }
+    let_go(&go, &mut holder, waiters);
     let used = redis.client_requests() - before - 1; // the holder's release
     let waited: f64 = metrics
         .iter()
@@ -285,12 +285,7 @@ fn waiters_keep_their_order_across_a_spell_of_out_of_memory() {
         redis.cmd::<u64>(&[b"ZCOUNT", b"{lock:oom}:queue:expiry", from.as_bytes(), b"+inf"])
     };
     assert!(wait_until(Duration::from_secs(10), || live() == 5), "all joined again");
-    std::fs::write(&go, "").unwrap();
-    assert!(wait_bounded(&mut holder, LIMIT).success());
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
-        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    }
+    let_go(&go, &mut holder, waiters);
     let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();
     assert_eq!(order, [1, 2, 3, 4, 5], "served out of order after the entries lapsed");
 }
