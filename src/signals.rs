@@ -15,13 +15,15 @@ pub struct Signals {
 /// alone, which would let the lease lapse under a running command). A signal that was ignored
 /// when the wrapper started (`nohup`, a shell's background job) stays ignored, for the command
 /// too: no handler is installed for it.
-const HANDLED: [Signal; 11] = [
+const HANDLED: [Signal; 12] = [
     Signal::SIGTERM,
     Signal::SIGINT,
     Signal::SIGHUP,
     Signal::SIGQUIT,
     Signal::SIGUSR1,
     Signal::SIGUSR2,
+    // Its default would kill the wrapper alone, leaving the lock to expire.
+    Signal::SIGALRM,
     Signal::SIGWINCH,
     Signal::SIGTSTP,
     Signal::SIGTTIN,
@@ -80,7 +82,8 @@ impl Signals {
 }
 
 /// Signals that ask the command to stop, and so start the escalation to SIGKILL after
-/// `--kill-grace`. HUP, USR1, USR2 and WINCH are only passed on: daemons use them to reload.
+/// `--kill-grace`. HUP, USR1, USR2, ALRM and WINCH are only passed on: daemons use them to
+/// reload.
 pub fn is_stop_request(sig: Signal) -> bool {
     matches!(sig, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT)
 }

@@ -175,11 +175,14 @@ fn a_waiter_that_gives_up_or_is_signalled_leaves_the_queue_at_once() {
     assert_eq!(timed_out.code, 75, "{}", timed_out.stderr);
     assert_eq!(queue_len(&redis, "lock:leave"), 0, "--wait ran out: the entry is gone");
 
-    for sig in [Signal::SIGTERM, Signal::SIGINT] {
-        let mut w = queue_up(&redis, "lock:leave", 1, &out).remove(0);
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGALRM] {
+        let w = queue_up(&redis, "lock:leave", 1, &out).remove(0);
         kill(Pid::from_raw(w.id() as i32), sig).unwrap();
-        let status = wait_bounded(&mut w, LIMIT);
-        assert!(!status.success(), "{sig}: {status:?}");
+        let o = wait_output(w, LIMIT);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        // 128 + N, with a line saying why (not killed by the signal, silently).
+        assert_eq!(o.status.code(), Some(128 + sig as i32), "{sig}: {stderr}");
+        assert!(stderr.contains(sig.as_str()), "{sig}: {stderr}");
         assert_eq!(queue_len(&redis, "lock:leave"), 0, "{sig}: the entry is gone");
     }
     std::fs::write(&go, "").unwrap();

@@ -28,9 +28,15 @@ fn trapping(trap: &str) -> String {
 #[test]
 fn each_forwarded_signal_reaches_the_command_exactly_once() {
     let redis = RedisServer::start();
-    for sig in
-        [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2]
-    {
+    for sig in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+    ] {
         let name = &sig.as_str()[3..];
         let dir = tmp();
         let pidfile = file(&dir, "pid");
