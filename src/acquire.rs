@@ -86,10 +86,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             Ok(busy_now @ (Acquired::Busy { .. } | Acquired::Queued { .. })) => {
                 outage_failures = 0;
                 answered = false;
-                let (pttl, position) = match &busy_now {
-                    Acquired::Busy { pttl, position, .. } => (*pttl, *position),
-                    Acquired::Queued { position, .. } => (None, *position),
-                    _ => unreachable!("matched above"),
+                let (pttl, position) = match busy_now {
+                    Acquired::Busy { pttl, position, .. } => (pttl, position),
+                    Acquired::Queued { position, .. } => (None, position),
+                    Acquired::Yes { .. } | Acquired::AlreadyDone { .. } => (None, None),
                 };
                 if queue_position.is_none() && position.is_some() {
                     queue_position = position;

@@ -195,18 +195,20 @@ impl Lock {
         let Lock { nodes, keys, value, ttl, record, .. } = self;
         let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
         let sent = tokio::time::Instant::now();
-        let mut pending: FuturesUnordered<_> = nodes
-            .iter_mut()
-            .enumerate()
-            .map(|(i, node)| async move {
-                (i, acquire_on(node, keys, value, ttl, record, join.then_some(arrival)).await)
-            })
-            .collect();
+        let mut pending: FuturesUnordered<_> =
+            nodes
+                .iter_mut()
+                .enumerate()
+                .map(|(i, node)| async move {
+                    (i, acquire_on(node, keys, value, ttl, record, join, arrival).await)
+                })
+                .collect();
         let mut granted_by: Vec<usize> = Vec::new();
         let mut fence = i64::MIN;
         let mut busy: Vec<(Option<Duration>, Vec<u8>, Option<u64>)> = Vec::new();
         let mut queued = None;
-        let mut self_arrival: Option<Option<u64>> = None;
+        // This run's arrival number, when the (one) queueing node answered with it.
+        let mut new_arrival = None;
         let mut faults: Vec<Fault> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
@@ -216,11 +218,11 @@ impl Lock {
                     fence = fence.max(f);
                 }
                 Ok(NodeAcquired::Busy { pttl, holder, position, arrival }) => {
-                    self_arrival.get_or_insert(arrival);
+                    new_arrival = new_arrival.or(arrival);
                     busy.push((pttl, holder, position))
                 }
                 Ok(NodeAcquired::Queued { first, position, arrival }) => {
-                    self_arrival.get_or_insert(arrival);
+                    new_arrival = new_arrival.or(arrival);
                     queued = Some((first, position))
                 }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
@@ -235,8 +237,8 @@ impl Lock {
             }
         }
         drop(pending);
-        if let Some(Some(arrival)) = self_arrival {
-            self.arrival = Some(arrival);
+        if new_arrival.is_some() {
+            self.arrival = new_arrival;
         }
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
@@ -356,7 +358,8 @@ async fn acquire_on(
     value: &str,
     ttl: Duration,
     record: Option<&(Vec<u8>, Duration)>,
-    join: Option<Option<u64>>,
+    join: bool,
+    arrival: Option<u64>,
 ) -> Result<NodeAcquired, Fault> {
     let mut script = scripts::ACQUIRE.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
@@ -364,8 +367,8 @@ async fn acquire_on(
         script.key(record);
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
-    script.arg(if join.is_some() { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
-    script.arg(join.flatten().unwrap_or(0));
+    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
+    script.arg(arrival.unwrap_or(0));
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
     match reply.first() {
