@@ -10,7 +10,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::backoff::full_jitter;
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
-use crate::lock::{Acquired, Fault, Holder, Lease, Lock, QUEUE_KEEPALIVE, show_key};
+use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
@@ -208,19 +208,29 @@ async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
 }
 
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with
-/// the holder and its time left also apart, for the JSON error line. A free lock with runs
-/// queued for it is busy too, for those that did not queue.
+/// the holder and its time left also apart, for the JSON error line. A lock whose holders would
+/// admit this run, with runs queued for it first, is busy too for those that did not queue.
 fn busy(config: &Config, found: &Acquired) -> Error {
     let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
-    let (pttl, holder) = match found {
-        Acquired::Busy { pttl, holder, .. } => (*pttl, holder),
+    let name = show_key(&config.key);
+    let describe = |value: &[u8]| Holder::parse(value).map(|h| (h.describe(), h.kind));
+    let (pttl, holder, holding, same_id) = match found {
+        Acquired::Busy { pttl, holder, holding, same_id, .. } => (*pttl, holder, *holding, *same_id),
         Acquired::Queued { first, .. } => {
-            let who = Holder::parse(first).map(|h| h.describe()).unwrap_or_else(|| "another run".to_owned());
-            return Error::Busy {
-                message: format!(
-                    "lock {} is {state}: free, but runs are queued for it, first {who}",
-                    show_key(&config.key)
+            let (who, kind) = describe(first).unwrap_or_else(|| ("another run".to_owned(), Kind::Exclusive));
+            let message = match (config.kind, kind) {
+                (Kind::Shared, Kind::Exclusive) => format!(
+                    "lock {name} is {state}: an exclusive run is queued for it, {who}, and shared runs \
+                     that come after it wait for it"
                 ),
+                (Kind::Limit(n), _) => format!(
+                    "lock {name} is {state}: its free permits (--limit {n}) go to runs queued before \
+                     this one, first {who}"
+                ),
+                _ => format!("lock {name} is {state}: free, but runs are queued for it, first {who}"),
+            };
+            return Error::Busy {
+                message,
                 holder: format!("queued: {who}"),
                 expires_in: None,
                 code: config.busy_exit_code,
@@ -228,10 +238,8 @@ fn busy(config: &Config, found: &Acquired) -> Error {
         }
         _ => unreachable!("only a busy answer is reported busy"),
     };
-    let who = match Holder::parse(holder) {
-        Some(h) => h.describe(),
-        None => "another client (not a redlock-run value)".to_owned(),
-    };
+    let (who, kind) = describe(holder)
+        .unwrap_or_else(|| ("another client (not a redlock-run value)".to_owned(), Kind::Exclusive));
     let left = match pttl {
         Some(d) => format!(
             "it expires in {} unless renewed",
@@ -241,8 +249,17 @@ fn busy(config: &Config, found: &Acquired) -> Error {
                  (redlock-run release --force)"
             .to_owned(),
     };
+    let held = match kind {
+        _ if same_id => format!("a run with the same --idempotency-key holds it, {who}"),
+        Kind::Shared => {
+            let runs = if holding == 1 { "1 run".to_owned() } else { format!("{holding} runs") };
+            format!("held shared by {runs}, the last to end {who}")
+        }
+        Kind::Limit(n) => format!("all {n} permits are held (--limit {n}), the first to end by {who}"),
+        Kind::Exclusive => format!("held by {who}"),
+    };
     Error::Busy {
-        message: format!("lock {} is {state}: held by {who}; {left}", show_key(&config.key)),
+        message: format!("lock {name} is {state}: {held}; {left}"),
         holder: who,
         expires_in: pttl,
         code: config.busy_exit_code,

@@ -83,6 +83,32 @@ pub struct Cli {
     )]
     pub busy_exit_code: u8,
 
+    /// Admit up to N holders at once (a semaphore)
+    ///
+    /// At most N runs hold the key together, each with its own lease and fence; the others are
+    /// busy, or queue with --wait. Every run on the key must give the same N. --limit 1 is the
+    /// exclusive lock, the default.
+    #[arg(
+        long,
+        env = "REDLOCK_LIMIT",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Lock"
+    )]
+    pub limit: Option<u32>,
+
+    /// Hold the lock shared: beside other shared runs
+    ///
+    /// Shared runs hold the key together; a run without --shared is exclusive and holds it
+    /// alone. A queued exclusive run is not passed: shared runs that come after it wait for it.
+    #[arg(
+        long,
+        env = "REDLOCK_SHARED",
+        value_parser = switch("REDLOCK_SHARED"),
+        help_heading = "Lock",
+    )]
+    pub shared: bool,
+
     /// Hold the lock at least this long
     ///
     /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks
@@ -310,6 +336,14 @@ pub struct ReleaseArgs {
     /// another run can start beside it.
     #[arg(long)]
     pub force: bool,
+
+    /// Drop only the holder whose token starts with this
+    ///
+    /// For --shared and --limit locks, which have several holders: drop the one whose token
+    /// starts with PREFIX (as `status` shows it) and leave the others. Without it, every holder
+    /// is dropped. An exclusive lock is released only if its holder's token matches.
+    #[arg(long, value_name = "PREFIX")]
+    pub holder: Option<String>,
 
     /// Print one JSON object instead of text
     #[arg(long)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::cli::{Action, Cli, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
 use crate::exit::Error;
-use crate::lock::drift;
+use crate::lock::{Kind, drift};
 
 /// SIGKILL goes to the command this long before the lease deadline, whatever `--kill-grace` is
 /// (timer granularity and scheduling delay must not let it outlive the lease). The supervisor's
@@ -163,8 +163,20 @@ impl Tls {
 #[derive(Debug)]
 pub enum Invocation {
     Run(Config),
-    Status { key: Vec<u8>, json: bool, redis: RedisConfig, output: Output },
-    Release { key: Vec<u8>, json: bool, redis: RedisConfig, output: Output },
+    Status {
+        key: Vec<u8>,
+        json: bool,
+        redis: RedisConfig,
+        output: Output,
+    },
+    Release {
+        key: Vec<u8>,
+        /// `--holder`: drop only the holder whose token starts with this.
+        holder: Option<String>,
+        json: bool,
+        redis: RedisConfig,
+        output: Output,
+    },
 }
 
 /// The bounds the operator subcommands use when none are given.
@@ -187,8 +199,19 @@ impl Invocation {
                          add --force to do it",
                     ));
                 }
+                if let Some(prefix) = &a.holder
+                    && (prefix.is_empty()
+                        || prefix.len() > 32
+                        || !prefix.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    return Err(usage(format!(
+                        "--holder must be the start of a holder's token, 1 to 32 hexadecimal digits as \
+                         `status` shows them, not {prefix:?}"
+                    )));
+                }
                 Ok(Invocation::Release {
                     key: key(&a.key)?,
+                    holder: a.holder.map(|p| p.to_ascii_lowercase()),
                     json: a.json,
                     redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                     output: output(&a.output),
@@ -217,7 +240,7 @@ impl Invocation {
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
 /// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
 /// to the CLI's own (start-up does not build the clap command a second time for it).
-pub const WRAPPER_VARIABLES: [&str; 28] = [
+pub const WRAPPER_VARIABLES: [&str; 30] = [
     "REDLOCK_BUSY_EXIT_CODE",
     "REDLOCK_CLUSTER",
     "REDLOCK_COMMAND_TIMEOUT",
@@ -227,6 +250,7 @@ pub const WRAPPER_VARIABLES: [&str; 28] = [
     "REDLOCK_IDEMPOTENCY_TTL",
     "REDLOCK_KEY",
     "REDLOCK_KILL_GRACE",
+    "REDLOCK_LIMIT",
     "REDLOCK_LOG_FORMAT",
     "REDLOCK_MAX_RUNTIME",
     "REDLOCK_METRICS_FILE",
@@ -241,6 +265,7 @@ pub const WRAPPER_VARIABLES: [&str; 28] = [
     "REDLOCK_RENEW_EVERY",
     "REDLOCK_SENTINEL",
     "REDLOCK_SENTINEL_MASTER",
+    "REDLOCK_SHARED",
     "REDLOCK_TLS_CA_FILE",
     "REDLOCK_TLS_CERT_FILE",
     "REDLOCK_TLS_INSECURE",
@@ -455,6 +480,8 @@ pub struct Config {
     /// The least time the lock stays after the acquisition, the command's end notwithstanding
     /// (`--min-hold`; zero when not given).
     pub min_hold: Duration,
+    /// The kind of lock (`--shared`, `--limit N`).
+    pub kind: Kind,
     /// `--idempotency-key` and how long its success record lives.
     pub idempotency: Option<Idempotency>,
     /// The renewal period (`--renew-every`, or ttl/3).
@@ -549,6 +576,25 @@ impl Config {
             within((slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2))),
             Some(slack),
         )?;
+        let kind = match (cli.shared, cli.limit) {
+            (true, Some(_)) => {
+                return Err(usage(
+                    "--shared and --limit cannot be combined: --shared admits any number of shared \
+                     holders beside each other (and exclusive runs alone), --limit N admits N holders \
+                     of one kind",
+                ));
+            }
+            (true, None) => Kind::Shared,
+            (false, None | Some(1)) => Kind::Exclusive,
+            (false, Some(n)) => Kind::Limit(n),
+        };
+        if kind != Kind::Exclusive && matches!(redis.topology, Topology::Quorum { .. }) {
+            return Err(usage(format!(
+                "{} needs one Redis (a single node, the Sentinels' master or a Cluster): a Redlock \
+                 quorum (several --redis-url) holds exclusive locks only",
+                if cli.shared { "--shared" } else { "--limit" }
+            )));
+        }
         if let Topology::Quorum { .. } = redis.topology {
             // Redlock: a node that does not answer quickly is skipped, not waited for, so that
             // most of the lease is left when a majority has granted it.
@@ -567,6 +613,7 @@ impl Config {
             wait,
             fail_open: cli.fail_open,
             min_hold,
+            kind,
             idempotency,
             renew_every,
             kill_grace,

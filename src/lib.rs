@@ -61,8 +61,8 @@ pub fn main() -> ExitCode {
         match invocation {
             config::Invocation::Run(config) => run::run(config).await,
             config::Invocation::Status { key, json, redis, .. } => operator::status(&key, json, &redis).await,
-            config::Invocation::Release { key, json, redis, .. } => {
-                operator::release(&key, json, &redis).await
+            config::Invocation::Release { key, holder, json, redis, .. } => {
+                operator::release(&key, holder.as_deref(), json, &redis).await
             }
         }
     });

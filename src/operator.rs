@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::config::RedisConfig;
 use crate::exit::Error;
 use crate::lock::admin::{self, Forced};
-use crate::lock::{self, Conn, Fault, Holder, Keys, Success, rfc3339_ms, show_key};
+use crate::lock::{self, Conn, Fault, Holder, Keys, Kind, Success, rfc3339_ms, show_key};
 
 /// Exit status of `status` when the lock is free (0 when held).
 const FREE: u8 = 1;
@@ -40,10 +40,10 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
         };
         let (text, value, held) = describe(key, &snap, json);
         if held {
-            // Who holds it on this node: the stored value, or the key's type for a non-lock.
-            *holders
-                .entry(snap.value.clone().unwrap_or_else(|| snap.kind.clone().into_bytes()))
-                .or_insert(0) += 1;
+            // Who holds it on this node: the stored value (the first holder of several), or the
+            // key's type for a non-lock.
+            let who = snap.value.clone().or_else(|| snap.holders.first().map(|(v, ..)| v.clone()));
+            *holders.entry(who.unwrap_or_else(|| snap.kind.clone().into_bytes())).or_insert(0) += 1;
         }
         if nodes.len() > 1 {
             texts.push(format!("on {}:\n{}", conn.target, indent(&text)));
@@ -119,7 +119,16 @@ fn holder_json(h: &Holder) -> serde_json::Value {
         "since": rfc3339_ms(h.since_ms),
         "since_unix_ms": h.since_ms,
         "token_prefix": h.token_prefix(),
+        "kind": h.kind.name(),
+        "limit": match h.kind {
+            Kind::Limit(n) => Some(n),
+            _ => None,
+        },
     })
+}
+
+fn humane(d: std::time::Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
 }
 
 fn indent(text: &str) -> String {
@@ -128,8 +137,23 @@ fn indent(text: &str) -> String {
 
 /// One node's view: text, JSON, and whether the key exists there.
 fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_json::Value, bool) {
-    let held = snap.kind != "none";
-    let holder = snap.value.as_deref().and_then(Holder::parse);
+    // A set of holders whose leases have all ended is free (Redis removes it a moment later).
+    let several = snap.kind == "zset";
+    let held = snap.kind != "none" && !(snap.kind == "zset" && snap.holding == 0);
+    // Every holder, with its time left and fence: the one of an exclusive lock, or those of a
+    // `--shared` or `--limit` lock that `status` lists.
+    let holders: Vec<(Holder, std::time::Duration, Option<i64>)> = if several {
+        snap.holders.iter().filter_map(|(v, left, fence)| Some((Holder::parse(v)?, *left, *fence))).collect()
+    } else {
+        snap.value
+            .as_deref()
+            .and_then(Holder::parse)
+            .map(|h| (h, snap.ttl.flatten().unwrap_or_default(), snap.fence))
+            .into_iter()
+            .collect()
+    };
+    let holder = holders.first().map(|(h, ..)| h.clone());
+    let kind = holder.as_ref().map(|h| h.kind);
     let records: Vec<(String, Option<Success>)> = snap
         .records
         .iter()
@@ -142,6 +166,15 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
 
     if json {
         let first_json: Vec<_> = waiters.iter().map(holder_json).collect();
+        let holders_json: Vec<_> = holders
+            .iter()
+            .map(|(h, left, fence)| {
+                let mut j = holder_json(h);
+                j["ttl_ms"] = serde_json::json!(left.as_millis() as u64);
+                j["fence"] = serde_json::json!(fence);
+                j
+            })
+            .collect();
         let holder_json = holder.as_ref().map(holder_json);
         let records_json: Vec<_> = records
             .iter()
@@ -160,6 +193,10 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
             "held": held,
             "type": snap.kind,
             "holder": holder_json,
+            "kind": kind.map(Kind::name),
+            "limit": kind.and_then(Kind::limit),
+            "holding": if held { snap.holding.max(1) } else { 0 },
+            "holders": holders_json,
             "foreign_value": held && holder.is_none(),
             "ttl_ms": snap.ttl.flatten().map(|d| d.as_millis() as u64),
             // Whether the key expires by itself: meaningless for a free lock.
@@ -176,6 +213,28 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
         let name = show_key(key);
         match (&holder, held) {
             (_, false) => t.push_str(&format!("lock {name}: free\n")),
+            (Some(h), true) if several => {
+                let count = snap.holding;
+                match h.kind {
+                    Kind::Limit(n) => {
+                        t.push_str(&format!("lock {name}: {count} of {n} permits held (--limit {n})\n"))
+                    }
+                    _ => t.push_str(&format!("lock {name}: held shared by {count}\n")),
+                }
+                for (i, (h, left, fence)) in holders.iter().enumerate() {
+                    let fence = fence.map(|f| f.to_string()).unwrap_or_else(|| "?".to_owned());
+                    t.push_str(&format!(
+                        "  {}. {}, token {}…, {} left, fence {fence}\n",
+                        i + 1,
+                        h.describe(),
+                        h.token_prefix(),
+                        humane(*left)
+                    ));
+                }
+                if count > holders.len() as u64 {
+                    t.push_str("  … (more not listed)\n");
+                }
+            }
             (Some(h), true) => {
                 t.push_str(&format!("lock {name}: held by {}\n", h.describe()));
                 t.push_str(&format!("  token:  {}… (prefix)\n", h.token_prefix()));
@@ -186,10 +245,8 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
             (None, true) => t.push_str(&format!("lock {name}: the key holds a {}, not a lock\n", snap.kind)),
         }
         match snap.ttl {
-            Some(Some(d)) => t.push_str(&format!(
-                "  ttl:    {} left\n",
-                humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
-            )),
+            _ if several => {}
+            Some(Some(d)) => t.push_str(&format!("  ttl:    {} left\n", humane(d))),
             Some(None) => t.push_str("  ttl:    NONE: the key never expires by itself\n"),
             None => {}
         }
@@ -223,17 +280,26 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
     (text, serde_json::Value::Null, held)
 }
 
-pub async fn release(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
+pub async fn release(key: &[u8], prefix: Option<&str>, json: bool, redis: &RedisConfig) -> Result<u8, Error> {
     let keys = Keys::new(key);
     let name = show_key(key);
-    let mut released = Vec::new();
+    let mut released: Vec<Vec<u8>> = Vec::new();
     let mut failed = Vec::new();
+    let mut ambiguous = 0;
     let nodes = redis.nodes();
     for node in &nodes {
         let mut conn = Conn::new(node)?;
-        match admin::force_release(&mut conn, &keys).await {
-            Ok(Forced::Deleted(value)) => released.push(value),
-            Ok(Forced::Free) => {}
+        match admin::force_release(&mut conn, &keys, prefix).await {
+            Ok(Forced::Deleted(values)) => {
+                for value in values {
+                    // A Redlock quorum holds the same value on several nodes: one holder.
+                    if !released.contains(&value) {
+                        released.push(value);
+                    }
+                }
+            }
+            Ok(Forced::Free | Forced::NoMatch) => {}
+            Ok(Forced::Ambiguous(n)) => ambiguous = ambiguous.max(n),
             // Every node is tried; the first failure is reported at the end.
             Err(f) => failed.push(f.into_error(&format!(
                 "releasing lock {name} at {}{}",
@@ -248,32 +314,48 @@ pub async fn release(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, 
     for e in &failed {
         tracing::error!("{e}");
     }
-    let holder = released.first().map(|value| Holder::parse(value));
+    if ambiguous > 0 && released.is_empty() {
+        return Err(Error::Usage(format!(
+            "--holder {} matches {ambiguous} holders of lock {name}; nothing was released: give more of \
+             the token (`redlock-run status --key ...` lists them)",
+            prefix.unwrap_or_default()
+        )));
+    }
+    let holders: Vec<Option<Holder>> = released.iter().map(|value| Holder::parse(value)).collect();
     if json {
-        let holder_json = holder.as_ref().and_then(|h| h.as_ref()).map(holder_json);
+        let all: Vec<_> = holders.iter().flatten().map(holder_json).collect();
         let out = serde_json::json!({
             "version": JSON_VERSION,
             "key": String::from_utf8_lossy(key),
-            "released": holder.is_some(),
-            "holder": holder_json,
-            "foreign_value": matches!(holder, Some(None)),
+            "released": !holders.is_empty(),
+            "holder": holders.first().and_then(|h| h.as_ref()).map(holder_json),
+            "holders": all,
+            "foreign_value": holders.iter().any(Option::is_none),
             "nodes_failed": failed.len(),
         });
         print_out(&format!("{out}\n"))?;
     }
-    let Some(holder) = holder else {
+    if holders.is_empty() {
         if !json {
-            print_out(&format!("lock {name} was not held; nothing to release\n"))?;
+            print_out(&match prefix {
+                Some(p) => {
+                    format!("lock {name} has no holder whose token starts with {p}; nothing released\n")
+                }
+                None => format!("lock {name} was not held; nothing to release\n"),
+            })?;
         }
         return Ok(FREE);
-    };
-    let whose = match holder {
-        Some(h) => format!("held by {}", h.describe()),
-        None => "held by a value not written by redlock-run".to_owned(),
-    };
-    tracing::warn!(key = %key.escape_ascii(), "released by force");
+    }
+    tracing::warn!(key = %key.escape_ascii(), holders = holders.len(), "released by force");
     if !json {
-        print_out(&format!("released lock {name}, {whose}; waiters were told\n"))?;
+        let whose: Vec<String> = holders
+            .iter()
+            .map(|h| match h {
+                Some(h) => format!("held by {}", h.describe()),
+                None => "held by a value not written by redlock-run".to_owned(),
+            })
+            .collect();
+        print_out(&format!("released lock {name}, {}; waiters were told\n", whose.join("; ")))?;
     }
     Ok(0)
 }

@@ -51,7 +51,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
             nodes.len()
         );
     }
-    let mut lock = Lock::new(nodes, &config.key, config.ttl, config.idempotency.as_ref())
+    let mut lock = Lock::new(nodes, &config.key, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();

@@ -14,6 +14,8 @@ const MAX_RECORDS: usize = 100;
 const MAX_SCANS: usize = 100;
 /// How many queued waiters `status` lists (the first ones).
 const MAX_WAITERS: usize = 10;
+/// How many holders of a `--shared` or `--limit` lock `status` lists (the first to end).
+const MAX_HOLDERS: usize = 100;
 
 /// The lock key, its fence and success records, as one `status` call saw them.
 #[derive(Debug)]
@@ -32,6 +34,10 @@ pub struct Snapshot {
     pub waiters: u64,
     /// The first of them, in order: their lock values (host, pid, start) and arrival numbers.
     pub first_waiters: Vec<(Vec<u8>, u64)>,
+    /// `--shared` and `--limit`: how many hold (live leases).
+    pub holding: u64,
+    /// The first of them by lease end: value, time left, fence.
+    pub holders: Vec<(Vec<u8>, Duration, Option<i64>)>,
 }
 
 /// What `status` reads. Redis answering "not now" (TRYAGAIN during a slot migration, LOADING,
@@ -53,10 +59,23 @@ pub async fn snapshot(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
 
 async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> {
     let mut script = scripts::STATUS.key(&keys.lock);
-    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).arg(MAX_WAITERS);
+    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
+    script.arg(MAX_WAITERS).arg(MAX_HOLDERS);
     let reply: Vec<Value> = conn.invoke(&script).await?;
-    let [kind, value, pttl, fence, waiters, first] = &reply[..] else {
+    let [kind, value, pttl, fence, waiters, first, holding, holders] = &reply[..] else {
         return Err(replies::unexpected("status", &reply));
+    };
+    let holding = replies::int(Some(holding)).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+    let holders = match holders {
+        Value::Array(items) => items
+            .chunks(3)
+            .filter_map(|entry| {
+                let value = replies::bytes(entry.first())?;
+                let left = replies::int(entry.get(1)).and_then(|ms| u64::try_from(ms).ok())?;
+                Some((value, Duration::from_millis(left), replies::fence(entry.get(2))))
+            })
+            .collect(),
+        _ => Vec::new(),
     };
     let waiters = replies::int(Some(waiters)).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
     let first_waiters = match first {
@@ -79,7 +98,7 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
     };
     let fence = replies::fence(Some(fence));
     let (records, more_records) = records(conn, keys).await?;
-    Ok(Snapshot { kind, value, ttl, fence, records, more_records, waiters, first_waiters })
+    Ok(Snapshot { kind, value, ttl, fence, records, more_records, waiters, first_waiters, holding, holders })
 }
 
 /// Success records of `--idempotency-key`, found with SCAN (bounded).
@@ -123,19 +142,29 @@ async fn records(conn: &mut Conn, keys: &Keys) -> Result<(Vec<(Vec<u8>, Vec<u8>)
 /// What the forced release found.
 #[derive(Debug)]
 pub enum Forced {
-    /// Deleted; its value, saying whose it was.
-    Deleted(Vec<u8>),
+    /// Deleted; the values of the holders dropped, saying whose they were.
+    Deleted(Vec<Vec<u8>>),
     /// There was no lock.
     Free,
+    /// No holder's token starts with the prefix given.
+    NoMatch,
+    /// This many holders' tokens start with the prefix given; none was dropped.
+    Ambiguous(u64),
 }
 
-pub async fn force_release(conn: &mut Conn, keys: &Keys) -> Result<Forced, Fault> {
+/// Drops every holder, or with `prefix` the one whose token starts with it.
+pub async fn force_release(conn: &mut Conn, keys: &Keys, prefix: Option<&str>) -> Result<Forced, Fault> {
     let mut script = scripts::FORCE_RELEASE.key(&keys.lock);
-    script.key(&keys.queue).key(&keys.queue_expiry).arg(&keys.released_channel).arg(&keys.wake_prefix);
+    script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
+    script.arg(&keys.released_channel).arg(&keys.wake_prefix).arg(prefix.unwrap_or_default());
     let reply: Vec<Value> = conn.invoke(&script).await?;
     match &reply[..] {
-        [Value::Int(1), Value::BulkString(v)] => Ok(Forced::Deleted(v.clone())),
+        [Value::Int(1), values @ ..] if !values.is_empty() => {
+            Ok(Forced::Deleted(values.iter().filter_map(|v| replies::bytes(Some(v))).collect()))
+        }
         [Value::Int(0)] => Ok(Forced::Free),
+        [Value::Int(2)] => Ok(Forced::NoMatch),
+        [Value::Int(3), n] => Ok(Forced::Ambiguous(replies::int(Some(n)).unwrap_or(0).max(0) as u64)),
         [Value::Int(-1), kind] => Err(replies::not_a_lock(&keys.lock, Some(kind))),
         _ => Err(replies::unexpected("release", &reply)),
     }

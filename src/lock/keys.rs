@@ -20,6 +20,10 @@ pub struct Keys {
     pub queue_expiry: Vec<u8>,
     /// The counter that numbers arrivals in the queue.
     pub queue_seq: Vec<u8>,
+    /// For `--shared` and `--limit`, whose lock key is a sorted set of holders (scored by when
+    /// each lease ends): each holder's fence, and the success record it will write
+    /// (`<fence>` or `<fence> <record key>`), by lock value.
+    pub holders: Vec<u8>,
     /// What a waiter's wake-up channel starts with; its token follows (see [`Keys::wake`]).
     pub wake_prefix: Vec<u8>,
 }
@@ -35,6 +39,7 @@ impl Keys {
             queue_expiry: derived(&prefix, b":queue:expiry"),
             queue_seq: derived(&prefix, b":queue:seq"),
             wake_prefix: derived(&prefix, b":wake:"),
+            holders: derived(&prefix, b":holders"),
             prefix,
         }
     }
@@ -145,7 +150,9 @@ mod tests {
             let keys = Keys::new(key);
             assert_eq!(slot(&keys.fence), slot(key), "fence of {key:?}");
             assert_eq!(slot(&keys.released_channel), slot(key), "channel of {key:?}");
-            for name in [&keys.queue, &keys.queue_expiry, &keys.queue_seq, &keys.wake("0123abcd")] {
+            for name in
+                [&keys.queue, &keys.queue_expiry, &keys.queue_seq, &keys.holders, &keys.wake("0123abcd")]
+            {
                 assert_eq!(slot(name), slot(key), "{:?} of {key:?}", String::from_utf8_lossy(name));
             }
             assert_ne!(keys.fence, keys.lock);

@@ -32,7 +32,7 @@ pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::{Lease, drift};
-pub use values::{Holder, Success, rfc3339_ms};
+pub use values::{Holder, Kind, Success, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
 /// server clock when it is gone, so expiring it is safe).
@@ -43,11 +43,13 @@ const FENCE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 pub enum Acquired {
     /// The lock is ours: its fence and the lease measured from just before the request.
     Yes { fence: i64, lease: Lease },
-    /// Someone else holds it: their remaining TTL (`None`: the key never expires) and value;
-    /// `position`: this run's place in the queue when it joined it (1 = next).
-    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64> },
-    /// The lock is free, but other runs are queued for it ahead of this one: the first of
-    /// them (its lock value), and this run's place when it joined the queue.
+    /// Someone else holds it: the holder this run waits for, its remaining TTL (`None`: the
+    /// key never expires) and value; `holding`: how many hold; `same_id`: that holder runs the
+    /// same `--idempotency-key`; `position`: this run's place in the queue when it joined it
+    /// (1 = next).
+    Busy { pttl: Option<Duration>, holder: Vec<u8>, holding: u64, same_id: bool, position: Option<u64> },
+    /// The holders would admit this run, but other runs are queued for it ahead of this one:
+    /// the one it waits for (its lock value), and this run's place when it joined the queue.
     Queued { first: Vec<u8>, position: Option<u64> },
     /// The success record of `--idempotency-key` exists: the work is done. Nothing was taken.
     AlreadyDone { record: Vec<u8> },
@@ -91,13 +93,36 @@ pub struct Lock {
     /// This run's arrival number in the queue, once it has joined: if its entry lapses, it
     /// joins again with it and gets its place back.
     arrival: Option<u64>,
+    kind: Kind,
+}
+
+/// What one node is asked for in an acquisition.
+struct Ask<'a> {
+    keys: &'a Keys,
+    value: &'a str,
+    kind: Kind,
+    ttl: Duration,
+    record: Option<&'a (Vec<u8>, Duration)>,
+    join: bool,
+    arrival: Option<u64>,
 }
 
 /// One node's answer to an acquisition.
 enum NodeAcquired {
     Granted(i64),
-    Busy { pttl: Option<Duration>, holder: Vec<u8>, position: Option<u64>, arrival: Option<u64> },
-    Queued { first: Vec<u8>, position: Option<u64>, arrival: Option<u64> },
+    Busy {
+        pttl: Option<Duration>,
+        holder: Vec<u8>,
+        holding: u64,
+        same_id: bool,
+        position: Option<u64>,
+        arrival: Option<u64>,
+    },
+    Queued {
+        first: Vec<u8>,
+        position: Option<u64>,
+        arrival: Option<u64>,
+    },
     Done(Vec<u8>),
 }
 
@@ -107,10 +132,12 @@ impl Lock {
         key: &[u8],
         ttl: Duration,
         idempotency: Option<&Idempotency>,
+        kind: Kind,
     ) -> Result<Self, Fault> {
         let keys = Keys::new(key);
         let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
-        Ok(Lock { nodes, keys, value: Holder::this_process()?.value(), ttl, record, arrival: None })
+        let value = Holder::this_process(kind)?.value();
+        Ok(Lock { nodes, keys, value, ttl, record, arrival: None, kind })
     }
 
     /// Whether waiters queue in arrival order: on one Redis (a single node, the Sentinels'
@@ -191,21 +218,27 @@ impl Lock {
         let n = self.nodes.len();
         let quorum = quorum(n);
         let join = join && self.queues();
-        let arrival = self.arrival;
-        let Lock { nodes, keys, value, ttl, record, .. } = self;
-        let (keys, value, ttl, record) = (&*keys, value.as_str(), *ttl, record.as_ref());
+        let Lock { nodes, keys, value, ttl, record, arrival, kind } = self;
+        let ask = Ask {
+            keys,
+            value: value.as_str(),
+            kind: *kind,
+            ttl: *ttl,
+            record: record.as_ref(),
+            join,
+            arrival: *arrival,
+        };
+        let ask = &ask;
         let sent = tokio::time::Instant::now();
-        let mut pending: FuturesUnordered<_> =
-            nodes
-                .iter_mut()
-                .enumerate()
-                .map(|(i, node)| async move {
-                    (i, acquire_on(node, keys, value, ttl, record, join, arrival).await)
-                })
-                .collect();
+        let mut pending: FuturesUnordered<_> = nodes
+            .iter_mut()
+            .enumerate()
+            .map(|(i, node)| async move { (i, acquire_on(node, ask).await) })
+            .collect();
         let mut granted_by: Vec<usize> = Vec::new();
         let mut fence = i64::MIN;
-        let mut busy: Vec<(Option<Duration>, Vec<u8>, Option<u64>)> = Vec::new();
+        // Each node's busy answer, as `Acquired::Busy`.
+        let mut busy: Vec<Acquired> = Vec::new();
         let mut queued = None;
         // This run's arrival number, when the (one) queueing node answered with it.
         let mut new_arrival = None;
@@ -217,9 +250,9 @@ impl Lock {
                     granted_by.push(i);
                     fence = fence.max(f);
                 }
-                Ok(NodeAcquired::Busy { pttl, holder, position, arrival }) => {
+                Ok(NodeAcquired::Busy { pttl, holder, holding, same_id, position, arrival }) => {
                     new_arrival = new_arrival.or(arrival);
-                    busy.push((pttl, holder, position))
+                    busy.push(Acquired::Busy { pttl, holder, holding, same_id, position })
                 }
                 Ok(NodeAcquired::Queued { first, position, arrival }) => {
                     new_arrival = new_arrival.or(arrival);
@@ -260,9 +293,12 @@ impl Lock {
             return Ok(Acquired::Queued { first, position });
         }
         if busy.len() > n - quorum || (faults.is_empty() && !busy.is_empty()) {
-            let soonest = busy.iter().min_by_key(|(pttl, ..)| pttl.unwrap_or(Duration::MAX)).cloned();
-            let (pttl, holder, position) = soonest.expect("busy is not empty");
-            return Ok(Acquired::Busy { pttl, holder, position });
+            let left = |b: &Acquired| match b {
+                Acquired::Busy { pttl, .. } => pttl.unwrap_or(Duration::MAX),
+                _ => Duration::MAX,
+            };
+            let soonest = busy.into_iter().min_by_key(left);
+            return Ok(soonest.expect("busy is not empty"));
         }
         Err(fault::worst(faults))
     }
@@ -292,7 +328,7 @@ impl Lock {
         let quorum = quorum(n);
         let Lock { nodes, keys, value, ttl, .. } = self;
         let mut script = scripts::RENEW.key(&keys.lock);
-        script.arg(value.as_str()).arg(millis(*ttl));
+        script.key(&keys.holders).arg(value.as_str()).arg(millis(*ttl));
         let mut pending: FuturesUnordered<_> =
             nodes.iter_mut().map(|node| node.invoke::<i64>(&script)).collect();
         let (mut renewed, mut lost) = (0, 0);
@@ -352,17 +388,11 @@ impl Lock {
     }
 }
 
-async fn acquire_on(
-    node: &mut Conn,
-    keys: &Keys,
-    value: &str,
-    ttl: Duration,
-    record: Option<&(Vec<u8>, Duration)>,
-    join: bool,
-    arrival: Option<u64>,
-) -> Result<NodeAcquired, Fault> {
+async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Fault> {
+    let Ask { keys, value, kind, ttl, record, join, arrival } = *ask;
     let mut script = scripts::ACQUIRE.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
+    script.key(&keys.holders);
     if let Some((record, _)) = record {
         script.key(record);
     }
@@ -382,6 +412,8 @@ async fn acquire_on(
             Ok(NodeAcquired::Busy {
                 pttl,
                 holder,
+                holding: replies::int(reply.get(5)).and_then(|n| u64::try_from(n).ok()).unwrap_or(1),
+                same_id: replies::int(reply.get(6)) == Some(1),
                 position: position(reply.get(3)),
                 arrival: position(reply.get(4)),
             })
@@ -394,8 +426,29 @@ async fn acquire_on(
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
         Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),
         Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
+        Some(Value::Int(-3)) => Err(mismatch(keys, kind, &replies::bytes(reply.get(1)).unwrap_or_default())),
         _ => Err(unexpected()),
     }
+}
+
+/// A holder or a waiter of the key (its value) uses a kind of lock this run's does not go with.
+fn mismatch(keys: &Keys, mine: Kind, theirs: &[u8]) -> Fault {
+    let (kind, who) = match Holder::parse(theirs) {
+        Some(h) => (h.kind, format!("{} (pid {}, token {}…)", h.host, h.pid, h.token_prefix())),
+        None => (Kind::Exclusive, "a value not written by redlock-run".to_owned()),
+    };
+    let flag = |k: Kind| match k {
+        Kind::Exclusive => "an exclusive lock (no --shared, no --limit or --limit 1)".to_owned(),
+        Kind::Shared => "--shared".to_owned(),
+        Kind::Limit(n) => format!("--limit {n}"),
+    };
+    Fault::WrongType(format!(
+        "lock {} is in use with {} by {who}, but this run asks for {}; every run on a key must use \
+         the same kind of lock: exclusive and --shared runs go together, --limit N only with the same N",
+        show_key(&keys.lock),
+        flag(kind),
+        flag(mine)
+    ))
 }
 
 /// A place in the queue (`false` from Lua when the run did not join).
@@ -436,7 +489,7 @@ async fn release_on(
     announce: bool,
 ) -> Result<Released, Fault> {
     let mut script = scripts::RELEASE.key(&keys.lock);
-    script.key(&keys.queue).key(&keys.queue_expiry);
+    script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
     if let Some((key, _)) = record {
         script.key(key);
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use redis::Value;
 
-use super::{Keys, scripts};
+use super::{Keys, Kind, scripts};
 
 /// An entry's lifetime without a keep-alive, in these tests.
 const ENTRY: Duration = Duration::from_millis(100);
@@ -89,8 +89,8 @@ enum Step {
     /// Waiter `w` asks for the lock, queueing (`join`) or not. A queued waiter's ask is also
     /// its keep-alive.
     Ask { w: usize, join: bool },
-    /// The holder releases.
-    Release,
+    /// One of the holders releases (an index into them, modulo their number).
+    Release(usize),
     /// Waiter `w` gives up its place.
     Leave(usize),
     /// Time passes (entries may lapse).
@@ -104,9 +104,19 @@ const QUEUERS: usize = WAITERS - 1;
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..WAITERS).prop_map(|w| Step::Ask { w, join: w < QUEUERS }),
-        2 => Just(Step::Release),
+        2 => (0..WAITERS).prop_map(Step::Release),
         1 => (0..QUEUERS).prop_map(Step::Leave),
         2 => (0u64..180).prop_map(Step::Pause),
+    ]
+}
+
+/// The kind of lock of each waiter in one generated case: all exclusive, all `--limit N`, or
+/// exclusive and shared mixed.
+fn kinds() -> impl Strategy<Value = Vec<Kind>> {
+    prop_oneof![
+        Just(vec![Kind::Exclusive; WAITERS]),
+        (2u32..=3).prop_map(|n| vec![Kind::Limit(n); WAITERS]),
+        proptest::collection::vec(prop_oneof![Just(Kind::Exclusive), Just(Kind::Shared)], WAITERS),
     ]
 }
 
@@ -142,14 +152,26 @@ impl Waiter {
     }
 }
 
-fn value(w: usize) -> String {
-    format!("token{w} host{w} {w} 0")
+fn value(w: usize, kind: Kind) -> String {
+    let suffix = match kind {
+        Kind::Exclusive => String::new(),
+        Kind::Shared => " shared".to_owned(),
+        Kind::Limit(n) => format!(" limit={n}"),
+    };
+    format!("token{w} host{w} {w} 0{suffix}")
 }
 
-fn ask(conn: &mut redis::Connection, keys: &Keys, w: usize, join: bool, arrival: Option<u64>) -> Vec<Value> {
+fn ask(
+    conn: &mut redis::Connection,
+    keys: &Keys,
+    value: &str,
+    join: bool,
+    arrival: Option<u64>,
+) -> Vec<Value> {
     let mut script = scripts::ACQUIRE.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
-    script.arg(value(w)).arg(60_000).arg(60_000);
+    script.key(&keys.holders);
+    script.arg(value).arg(60_000).arg(60_000);
     script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(&keys.wake_prefix);
     script.arg(arrival.unwrap_or(0));
     script.invoke(conn).expect("ACQUIRE")
@@ -162,49 +184,73 @@ fn int(v: Option<&Value>) -> Option<u64> {
     }
 }
 
-fn check(steps: &[Step]) -> Result<(), TestCaseError> {
+/// How many permits the holders leave to a run of `kind` (`None`: it may not hold beside them).
+fn free(kind: Kind, holding: &[usize], kinds: &[Kind]) -> Option<usize> {
+    match kind {
+        Kind::Exclusive => holding.is_empty().then_some(1),
+        Kind::Shared => holding.iter().all(|h| kinds[*h] == Kind::Shared).then_some(usize::MAX),
+        Kind::Limit(n) => (n as usize).checked_sub(holding.len()).filter(|f| *f > 0),
+    }
+}
+
+fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
     let mut server = Server::start();
     let conn = &mut server.conn;
     let keys = Keys::new(b"lock:generated");
     let mut waiters = vec![Waiter::default(); WAITERS];
-    let mut holder: Option<usize> = None;
+    let mut holding: Vec<usize> = Vec::new();
     let mut highest_arrival = 0u64;
+    let mut highest_fence = 0i64;
     for (i, step) in steps.iter().enumerate() {
         match *step {
             Step::Pause(ms) => std::thread::sleep(Duration::from_millis(ms)),
-            Step::Release => {
-                let Some(h) = holder.take() else { continue };
+            Step::Release(h) => {
+                if holding.is_empty() {
+                    continue;
+                }
+                let h = holding.remove(h % holding.len());
                 let mut script = scripts::RELEASE.key(&keys.lock);
-                script.key(&keys.queue).key(&keys.queue_expiry);
-                script.arg(value(h)).arg(&keys.released_channel).arg(0).arg("0").arg("").arg(0);
+                script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
+                script.arg(value(h, kinds[h])).arg(&keys.released_channel).arg(0).arg("0").arg("").arg(0);
                 script.arg(&keys.wake_prefix);
                 let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
                 prop_assert_eq!(reply.first(), Some(&Value::Int(1)), "step {}: the holder's release", i);
             }
             Step::Leave(w) => {
-                if holder == Some(w) {
+                if holding.contains(&w) {
                     continue;
                 }
                 let mut script = scripts::LEAVE.key(&keys.lock);
-                script.key(&keys.queue).key(&keys.queue_expiry).arg(value(w)).arg(&keys.wake_prefix);
+                script.key(&keys.queue).key(&keys.queue_expiry).arg(value(w, kinds[w]));
+                script.arg(&keys.wake_prefix);
                 let _: i64 = script.invoke(conn).expect("LEAVE");
                 waiters[w].queued = false;
             }
             Step::Ask { w, join } => {
-                if holder == Some(w) {
+                if holding.contains(&w) {
                     continue;
                 }
                 let now = Instant::now();
                 let mine = waiters[w].arrival;
-                let others = || waiters.iter().enumerate().filter(move |(o, _)| *o != w).map(|(_, x)| x);
-                // A live waiter before this run: it must not get the lock.
-                let surely_behind = others().any(|x| x.surely_live(now) && x.before(mine));
-                // A queued run whose own entry is alive, or a new one, with everyone before it
-                // gone: it must get a free lock.
-                let surely_first = join
+                let kind = kinds[w];
+                // The waiters before this run that hold it back: every one for an exclusive
+                // run and a semaphore, the exclusive ones for a shared run.
+                let blocking = |x: usize| x != w && (kind != Kind::Shared || kinds[x] == Kind::Exclusive);
+                let before = |x: usize| blocking(x) && waiters[x].before(mine);
+                let surely_before =
+                    (0..WAITERS).filter(|x| before(*x) && waiters[*x].surely_live(now)).count();
+                let maybe_before =
+                    (0..WAITERS).filter(|x| before(*x) && !waiters[*x].surely_lapsed(now)).count();
+                let free = free(kind, &holding, kinds);
+                // It must not be granted ahead of as many live waiters as there are free permits
+                // (a shared run: ahead of any live exclusive one); it must be granted when the
+                // holders admit it and fewer waiters than that can come first.
+                let must_not =
+                    free.is_none_or(|f| surely_before >= f.min(if kind == Kind::Shared { 1 } else { f }));
+                let must = join
                     && (waiters[w].surely_live(now) || mine.is_none())
-                    && others().all(|x| x.surely_lapsed(now) || !x.before(mine));
-                let reply = ask(conn, &keys, w, join, mine);
+                    && free.is_some_and(|f| maybe_before < f.min(if kind == Kind::Shared { 1 } else { f }));
+                let reply = ask(conn, &keys, &value(w, kind), join, mine);
                 let after = Instant::now();
                 let code = match reply.first() {
                     Some(Value::Int(n)) => *n,
@@ -213,26 +259,61 @@ fn check(steps: &[Step]) -> Result<(), TestCaseError> {
                 match code {
                     1 => {
                         prop_assert!(
-                            holder.is_none(),
-                            "step {}: granted to {} while {:?} holds",
+                            !must_not,
+                            "step {}: granted to {} ({:?}) while {:?} hold, waiters {:?}",
                             i,
                             w,
-                            holder
+                            kind,
+                            holding,
+                            waiters
                         );
-                        prop_assert!(!surely_behind, "step {}: {} jumped the queue: {:?}", i, w, waiters);
-                        holder = Some(w);
+                        let fence: i64 = match reply.get(1) {
+                            Some(Value::BulkString(b)) => std::str::from_utf8(b).unwrap().parse().unwrap(),
+                            other => return Err(TestCaseError::fail(format!("step {i}: fence {other:?}"))),
+                        };
+                        prop_assert!(
+                            fence > highest_fence,
+                            "step {}: fence {} not above {}",
+                            i,
+                            fence,
+                            highest_fence
+                        );
+                        highest_fence = fence;
+                        holding.push(w);
                         waiters[w].queued = false;
+                        // The permit invariant: never more holders than the kind admits.
+                        let limit = match kind {
+                            Kind::Limit(n) => n as usize,
+                            Kind::Exclusive => 1,
+                            Kind::Shared => usize::MAX,
+                        };
+                        prop_assert!(holding.len() <= limit, "step {}: {:?} hold", i, holding);
+                        prop_assert!(
+                            holding.len() == 1 || holding.iter().all(|h| kinds[*h] != Kind::Exclusive),
+                            "step {}: an exclusive holder beside others: {:?}",
+                            i,
+                            holding
+                        );
                     }
                     0 | 3 => {
                         prop_assert!(
-                            !(holder.is_none() && surely_first),
-                            "step {}: {} was first and the lock free, but was refused: {:?} {:?}",
+                            !must,
+                            "step {}: {} ({:?}) could hold and was first, but was refused: {:?} {:?} {:?}",
                             i,
                             w,
+                            kind,
                             reply,
+                            holding,
                             waiters
                         );
-                        prop_assert!(holder.is_some() || code == 3, "step {}: busy with no holder", i);
+                        prop_assert!(
+                            code == 3 || free.is_none(),
+                            "step {}: busy though the holders {:?} admit {:?}: {:?}",
+                            i,
+                            holding,
+                            kind,
+                            reply
+                        );
                         if join {
                             let (position, arrival) = match code {
                                 0 => (int(reply.get(3)), int(reply.get(4))),
@@ -270,10 +351,13 @@ fn check(steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 60, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_queue_serves_live_waiters_in_arrival_order(steps in proptest::collection::vec(step(), 1..40)) {
-        check(&steps)?;
+    fn the_queue_serves_live_waiters_in_arrival_order_within_each_kind_s_limit(
+        kinds in kinds(),
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        check(&kinds, &steps)?;
     }
 }

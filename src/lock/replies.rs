@@ -40,11 +40,14 @@ pub fn text(v: Option<&Value>) -> String {
 
 /// `{-1, type}`: the lock key holds a value of another type, left untouched.
 pub fn not_a_lock(key: &[u8], kind: Option<&Value>) -> Fault {
-    Fault::WrongType(format!(
-        "key {} holds a value of type {}, not a lock; it was left untouched",
-        show_key(key),
-        text(kind)
-    ))
+    let kind = text(kind);
+    let what = if kind == "zset" {
+        // A lock of --shared or --limit is a sorted set of redlock-run values.
+        "a sorted set not written by redlock-run".to_owned()
+    } else {
+        format!("a value of type {kind}")
+    };
+    Fault::WrongType(format!("key {} holds {what}, not a lock; it was left untouched", show_key(key)))
 }
 
 /// A reply of a shape the script never produces.
