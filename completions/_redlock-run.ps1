@@ -26,6 +26,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('-t', '-t', [CompletionResultType]::ParameterName, 'Lease length: how long the lock lives unrenewed')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length: how long the lock lives unrenewed')
             [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (like flock -E)')
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'Admit up to N holders at once (a semaphore)')
             [CompletionResult]::new('--min-hold', '--min-hold', [CompletionResultType]::ParameterName, 'Hold the lock at least this long')
             [CompletionResult]::new('--idempotency-key', '--idempotency-key', [CompletionResultType]::ParameterName, 'Succeed at most once per ID')
             [CompletionResult]::new('--idempotency-ttl', '--idempotency-ttl', [CompletionResultType]::ParameterName, 'How long a success record is kept')
@@ -46,6 +47,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request')
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write Prometheus metrics to PATH at exit')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
+            [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold the lock shared: beside other shared runs')
             [CompletionResult]::new('--fail-open', '--fail-open', [CompletionResultType]::ParameterName, 'Run without a lock if Redis is unreachable')
             [CompletionResult]::new('--no-new-privs', '--no-new-privs', [CompletionResultType]::ParameterName, 'Keep the command from gaining privileges')
             [CompletionResult]::new('--tls-insecure', '--tls-insecure', [CompletionResultType]::ParameterName, 'Do not verify the server''s certificate')
@@ -89,6 +91,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
         'redlock-run;release' {
             [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
             [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('--holder', '--holder', [CompletionResultType]::ParameterName, 'Drop only the holder whose token starts with this')
             [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis URL: redis://, rediss:// (TLS), unix://')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from this file')
             [CompletionResult]::new('--tls-ca-file', '--tls-ca-file', [CompletionResultType]::ParameterName, 'CA certificates (PEM) to verify the server with')

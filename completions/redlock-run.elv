@@ -23,6 +23,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand -t 'Lease length: how long the lock lives unrenewed'
             cand --ttl 'Lease length: how long the lock lives unrenewed'
             cand --busy-exit-code 'Exit status when the lock is busy (like flock -E)'
+            cand --limit 'Admit up to N holders at once (a semaphore)'
             cand --min-hold 'Hold the lock at least this long'
             cand --idempotency-key 'Succeed at most once per ID'
             cand --idempotency-ttl 'How long a success record is kept'
@@ -43,6 +44,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --command-timeout 'Bound on each Redis request'
             cand --metrics-file 'Write Prometheus metrics to PATH at exit'
             cand --log-format 'Format of the diagnostics on stderr'
+            cand --shared 'Hold the lock shared: beside other shared runs'
             cand --fail-open 'Run without a lock if Redis is unreachable'
             cand --no-new-privs 'Keep the command from gaining privileges'
             cand --tls-insecure 'Do not verify the server''s certificate'
@@ -84,6 +86,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
         &'redlock-run;release'= {
             cand -k 'Lock key, used verbatim'
             cand --key 'Lock key, used verbatim'
+            cand --holder 'Drop only the holder whose token starts with this'
             cand --redis-url 'Redis URL: redis://, rediss:// (TLS), unix://'
             cand --password-file 'Read the Redis password from this file'
             cand --tls-ca-file 'CA certificates (PEM) to verify the server with'

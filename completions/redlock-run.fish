@@ -6,7 +6,7 @@
 function __redlock_run_takes_value
     switch "$argv[1]"
         case ''
-            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --metrics-file --log-format
+            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --metrics-file --log-format
             and return 0
             string match -rq -- '^-[vqhV]*[ktw]$' $argv[2]
             return
@@ -16,7 +16,7 @@ function __redlock_run_takes_value
             string match -rq -- '^-[vqh]*[k]$' $argv[2]
             return
         case 'release'
-            contains -- $argv[2] -k --key --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --log-format
+            contains -- $argv[2] -k --key --holder --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --log-format
             and return 0
             string match -rq -- '^-[vqh]*[k]$' $argv[2]
             return
@@ -107,6 +107,8 @@ complete -c redlock-run -n '__redlock_run_first_word' -xa release -d 'Delete a s
 complete -c redlock-run -n '__redlock_run_at top' -s k -l key -d 'Lock key, used verbatim' -x
 complete -c redlock-run -n '__redlock_run_at top' -s t -l ttl -d 'Lease length: how long the lock lives unrenewed' -x
 complete -c redlock-run -n '__redlock_run_at top' -l busy-exit-code -d 'Exit status when the lock is busy (like flock -E)' -x
+complete -c redlock-run -n '__redlock_run_at top' -l limit -d 'Admit up to N holders at once (a semaphore)' -x
+complete -c redlock-run -n '__redlock_run_at top' -l shared -d 'Hold the lock shared: beside other shared runs'
 complete -c redlock-run -n '__redlock_run_at top' -l min-hold -d 'Hold the lock at least this long' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-key -d 'Succeed at most once per ID' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-ttl -d 'How long a success record is kept' -x
@@ -156,6 +158,7 @@ json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at status' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key, used verbatim' -x
 complete -c redlock-run -n '__redlock_run_at release' -l force -d 'Required: a forced release can let two runs overlap'
+complete -c redlock-run -n '__redlock_run_at release' -l holder -d 'Drop only the holder whose token starts with this' -x
 complete -c redlock-run -n '__redlock_run_at release' -l json -d 'Print one JSON object instead of text'
 complete -c redlock-run -n '__redlock_run_at release' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
 complete -c redlock-run -n '__redlock_run_at release' -l password-file -d 'Read the Redis password from this file' -rF

@@ -17,14 +17,17 @@ Every option can also be set with an environment variable REDLOCK_<NAME> (shown 
 a flag on the command line wins over the environment.
 
 Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
-65 the key holds another type; 69 Redis unavailable; 70 internal error; 75 lock busy;
-77 Redis refused the credentials or the ACL denies a command; 78 configuration error
-(malformed Redis URL); 124 stopped by --max-runtime; 125 lease lost, command stopped;
-126 command not executable; 127 command not found.
+65 the key holds another type, or is used with another kind of lock (--limit, --shared);
+69 Redis unavailable; 70 internal error; 75 lock busy; 77 Redis refused the credentials or
+the ACL denies a command; 78 configuration error (malformed Redis URL); 124 stopped by
+--max-runtime; 125 lease lost, command stopped; 126 command not executable; 127 command not
+found.
 
 Examples:
   redlock-run --key lock:settlement:daily --ttl 30m -- ./settle.sh
   redlock-run -k lock:deploy -t 5m --wait 20m --redis-url redis://redis.internal:6379 -- make deploy
+  redlock-run --key lock:backup --limit 2 --wait 1h -- /opt/backup/run
+  redlock-run --key lock:env:staging --shared --wait 30m -- ./run-tests.sh
   redlock-run status --key lock:settlement:daily
   redlock-run release --key lock:settlement:daily --force";
 

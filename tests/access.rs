@@ -56,6 +56,31 @@ fn a_least_privilege_user_runs_every_feature() {
         assert_eq!(r.code, 0, "{key} --wait: {}", r.stderr);
         assert!(wait_bounded(&mut holder, LIMIT).success());
     }
+    // The kinds: a waiting semaphore run, a shared run beside another, and the operator's view
+    // and release of their holders.
+    for kind in [&["--limit", "2"][..], &["--shared"]] {
+        let key = format!("lock:acl:{}", kind[0].trim_start_matches('-'));
+        let mut holder = as_user(&url)
+            .args(["-k", &key, "--ttl", "1s"])
+            .args(kind)
+            .args(["--", "sleep", "5"])
+            .spawn()
+            .unwrap();
+        assert!(wait_until(Duration::from_secs(5), || redis.exists(key.as_bytes())));
+        let r = run(
+            as_user(&url)
+                .args(["-k", &key, "--wait", "10s", "--idempotency-key", "k"])
+                .args(kind)
+                .args(["--", "true"]),
+            LIMIT,
+        );
+        assert_eq!(r.code, 0, "{kind:?}: {}", r.stderr);
+        let status = run(as_user(&url).args(["status", "--key", &key, "--json"]), LIMIT);
+        assert_eq!(status.code, 0, "{kind:?}: {}", status.stderr);
+        let release = run(as_user(&url).args(["release", "--key", &key, "--force"]), LIMIT);
+        assert_eq!(release.code, 0, "{kind:?}: {}", release.stderr);
+        assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(125), "{kind:?}");
+    }
     for (args, code) in [
         (&["status", "--key", "lock:acl"][..], 1),
         (&["status", "--key", "lock:acl", "--json"][..], 1),

@@ -11,17 +11,25 @@ use support::*;
 
 const README: &str = include_str!("../README.md");
 
-/// The `redlock-run …` command lines of the Recipes section, one per recipe line.
+/// The `redlock-run …` command lines of the Recipes and Lock kinds sections, one per recipe
+/// line.
 fn recipe_lines() -> Vec<String> {
-    let start = README.find("\n## Recipes").expect("README has a Recipes section");
+    ["\n## Recipes", "\n## Lock kinds"].iter().flat_map(|heading| section_lines(heading)).collect()
+}
+
+fn section_lines(heading: &str) -> Vec<String> {
+    let start = README.find(heading).unwrap_or_else(|| panic!("README has a {heading} section"));
     let section = &README[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     section
         .lines()
         .filter_map(|line| {
             let at = line.find("redlock-run ")?;
-            // Not prose: only code lines, which the README indents by four spaces.
-            line.starts_with("    ").then(|| line[at..].trim_end_matches(['"', ']']).to_owned())
+            // Not prose: only code lines, which the README indents by four spaces; not the
+            // operator's subcommands shown with their output.
+            let command = &line[at..];
+            (line.starts_with("    ") && !command.starts_with("redlock-run status"))
+                .then(|| command.trim_end_matches(['"', ']']).to_owned())
         })
         .collect()
 }
@@ -30,7 +38,7 @@ fn recipe_lines() -> Vec<String> {
 fn every_recipe_runs_as_written() {
     let redis = RedisServer::start();
     let lines = recipe_lines();
-    assert!(lines.len() >= 6, "found the recipes: {lines:#?}");
+    assert!(lines.len() >= 9, "found the recipes: {lines:#?}");
     for line in &lines {
         let (options, _job) = line.split_once(" -- ").unwrap_or_else(|| panic!("a command after --: {line}"));
         // The K8s recipe quotes inside a JSON string; unescape its quotes for the shell.
