@@ -128,3 +128,63 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
     assert_eq!(fence_counter(&redis, key), Some(fence), "the confirmations took no new fence");
     assert!(!redis.exists(key.as_bytes()), "released");
 }
+
+/// `--limit`: the same confirmation returns the fence of the lost attempt, not the counter's
+/// latest, even when another holder has taken a permit (and a newer fence) meanwhile: every
+/// holder keeps its own fence.
+#[test]
+fn a_semaphore_holder_whose_reply_was_lost_gets_its_own_fence() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let key = "lock:confirm-limit";
+    assert_eq!(run(redlock_at(&proxy.url()).args(["-k", key, "--limit", "2", "--", "true"]), LIMIT).code, 0);
+    let fence_before = fence_counter_ahead(&redis, key);
+    let dir = tmp();
+    // Each holder writes its fence to OUT, then holds until GO exists.
+    let record = "echo \"$REDLOCK_FENCE\" > \"$OUT\"; \
+                  i=0; while [ ! -e \"$GO\" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done";
+    let holder = |url: &str, name: &str, wait: &str| {
+        let child = redlock_at(url)
+            .args(["-k", key, "--limit", "2", "--ttl", "10s", "--wait", wait, "--", "sh", "-c", record])
+            .env("OUT", file(&dir, name))
+            .env("GO", file(&dir, &format!("{name}.go")))
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        (child, file(&dir, name), file(&dir, &format!("{name}.go")))
+    };
+    let fence_of = |out: &std::path::Path| -> u64 { read_when_present(out, LIMIT).trim().parse().unwrap() };
+    let (a, a_out, a_go) = holder(&redis.url(), "a", "0");
+    fence_of(&a_out);
+    let (b, b_out, b_go) = holder(&redis.url(), "b", "0");
+    fence_of(&b_out);
+    // The run whose reply will be lost queues for a permit, connected through the proxy.
+    let (lost, lost_out, lost_go) = holder(&proxy.url(), "lost", "20s");
+    let queue = format!("{{{key}}}:queue");
+    assert!(wait_until(Duration::from_secs(5), || redis.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == 1));
+    proxy.set(Mode::DropReplies);
+    // A lets go; the queued run takes its permit, but never learns it.
+    std::fs::write(&a_go, "").unwrap();
+    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    let lost_took = || {
+        let members: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1"]);
+        members.len() == 2
+    };
+    assert!(wait_until(Duration::from_secs(5), lost_took), "the lost attempt took a permit in Redis");
+    // B lets go; another holder takes that permit, and the next fence.
+    std::fs::write(&b_go, "").unwrap();
+    assert_eq!(wait_output(b, LIMIT).status.code(), Some(0));
+    let (c, c_out, c_go) = holder(&redis.url(), "c", "5s");
+    let c_fence = fence_of(&c_out);
+    assert!(!lost_out.exists(), "the command started before ownership was confirmed");
+    proxy.set(Mode::Pass);
+    let fence = fence_of(&lost_out);
+    for (child, go) in [(lost, lost_go), (c, c_go)] {
+        std::fs::write(&go, "").unwrap();
+        let done = wait_output(child, LIMIT);
+        assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    }
+    assert_eq!(fence, fence_before + 3, "the fence of the attempt whose reply was lost");
+    assert_eq!(c_fence, fence_before + 4);
+    assert_eq!(fence_counter(&redis, key), Some(c_fence), "the confirmation took no new fence");
+}

@@ -701,9 +701,10 @@ fn cluster_redirects_while_slots_move_are_retried_and_a_node_without_cluster_is_
 }
 
 /// In a Cluster the queue lives in the lock key's slot: waiters connected through different
-/// seed nodes still run in the order they joined, each woken on the key's node.
+/// seed nodes still run in the order they joined, each woken on the key's node. So do the
+/// holders of a semaphore and their fences.
 #[test]
-fn cluster_waiters_run_in_the_order_they_joined() {
+fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_together() {
     let cluster = Cluster::start();
     let dir = tmp();
     let (go, out) = (file(&dir, "go"), file(&dir, "out"));
@@ -743,4 +744,68 @@ fn cluster_waiters_run_in_the_order_they_joined() {
     }
     let order = std::fs::read_to_string(&out).unwrap();
     assert_eq!(order.lines().collect::<Vec<_>>(), ["1", "2", "3", "4", "5", "6"]);
+
+    // `--limit 2`, holders connected through different seeds, for a plain key and one with a
+    // hash tag of its own: both permits on the key's node, a third run busy, all released.
+    for key in ["lock:cluster-cap", "lock:{cap}:nightly"] {
+        let node = cluster.node_for(key.as_bytes());
+        let go = file(&dir, "cap-go");
+        let holders: Vec<_> = (0..2)
+            .map(|i| {
+                let h = wrapper()
+                    .args([
+                        "--cluster",
+                        "--redis-url",
+                        &cluster.nodes[i + 1].url(),
+                        "-k",
+                        key,
+                        "--limit",
+                        "2",
+                    ])
+                    .args(["--", "sh", "-c"])
+                    .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+                    .env("GO", &go)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn");
+                let held = wait_until(Duration::from_secs(10), || {
+                    node.exists(key.as_bytes())
+                        && node.cmd::<u64>(&[b"ZCARD", key.as_bytes()]) == i as u64 + 1
+                });
+                assert!(held, "{key}: holder {i} took a permit");
+                h
+            })
+            .collect();
+        let holders_key =
+            if key.contains('{') { format!("{key}:holders") } else { format!("{{{key}}}:holders") };
+        assert_eq!(node.cmd::<u64>(&[b"HLEN", holders_key.as_bytes()]), 2, "{key}: fences beside the key");
+        let busy = run(
+            wrapper().args([
+                "--cluster",
+                "--redis-url",
+                &cluster.seed(),
+                "-k",
+                key,
+                "--limit",
+                "2",
+                "--",
+                "true",
+            ]),
+            LIMIT,
+        );
+        assert_eq!(busy.code, 75, "{key}: {}", busy.stderr);
+        let status = run(
+            wrapper().args(["status", "--cluster", "--redis-url", &cluster.seed(), "-k", key, "--json"]),
+            LIMIT,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(v["holders"].as_array().map(Vec::len), Some(2), "{key}: {v}");
+        std::fs::write(&go, "").unwrap();
+        for h in holders {
+            let o = wait_output(h, LIMIT);
+            assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        assert!(!node.exists(key.as_bytes()) && !node.exists(holders_key.as_bytes()), "{key}: released");
+        std::fs::remove_file(&go).unwrap();
+    }
 }
