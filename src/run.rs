@@ -82,6 +82,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         key = %key,
         fence,
         token = lock.token_prefix(),
+        kind = config.kind.name(),
         wait_ms = (acquired - wait_started).as_millis() as u64,
         "acquired"
     );

@@ -37,6 +37,7 @@ fn json_logs_carry_the_lifecycle_events() {
     assert_eq!(acquired["key"], "lock:json");
     assert!(acquired["fence"].as_i64().is_some() && acquired["wait_ms"].as_u64().is_some());
     assert_eq!(acquired["token"].as_str().map(str::len), Some(8), "only a short token prefix");
+    assert_eq!(acquired["kind"], "exclusive");
     assert_eq!(acquired["level"], "INFO");
     assert!(acquired["timestamp"].is_string());
     let released = event(&lines, "released");
