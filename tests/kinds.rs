@@ -462,3 +462,28 @@ fn a_sorted_set_not_written_by_redlock_run_is_left_alone() {
     let left: Vec<String> = redis.cmd(&[b"ZRANGE", b"scores", b"0", b"-1"]);
     assert_eq!(left, ["alice"]);
 }
+
+#[test]
+fn a_signalled_or_timed_out_holder_gives_back_only_its_own_permit() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let stay = holder(&redis, "lock:stop", &["--shared"], &go);
+    let mut signalled = holder(&redis, "lock:stop", &["--shared"], &go);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(signalled.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(wait_bounded(&mut signalled, LIMIT).code(), Some(143));
+    assert_eq!(holders(&redis, "lock:stop"), 1, "its permit went back at once, the other stayed");
+    let timed_out = run(
+        redlock(&redis).args(["-k", "lock:stop", "--shared", "--max-runtime", "300ms", "--", "sleep", "10"]),
+        LIMIT,
+    );
+    assert_eq!(timed_out.code, 124, "{}", timed_out.stderr);
+    assert_eq!(holders(&redis, "lock:stop"), 1);
+    std::fs::write(&go, "").unwrap();
+    finish(vec![stay]);
+    assert_eq!(holders(&redis, "lock:stop"), 0);
+}
