@@ -112,6 +112,11 @@ pub struct Cli {
     )]
     pub shared: bool,
 
+    /// Which of `--limit` and `--shared` came from the environment (`REDLOCK_LIMIT`,
+    /// `REDLOCK_SHARED`) rather than the command line, which wins when they conflict.
+    #[arg(skip)]
+    pub kind_from_env: (bool, bool),
+
     /// Hold the lock at least this long
     ///
     /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks
@@ -235,7 +240,11 @@ impl Cli {
             cmd = summary(cmd);
         }
         let mut matches = cmd.try_get_matches_from_mut(args)?;
-        Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+        let from_env = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
+        let kind_from_env = (from_env("limit"), from_env("shared"));
+        let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
+        cli.kind_from_env = kind_from_env;
+        Ok(cli)
     }
 }
 

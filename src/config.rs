@@ -576,23 +576,18 @@ impl Config {
             within((slack / 3).clamp(Duration::from_millis(5), Duration::from_secs(2))),
             Some(slack),
         )?;
-        let kind = match (cli.shared, cli.limit) {
-            (true, Some(_)) => {
-                return Err(usage(
-                    "--shared and --limit cannot be combined: --shared admits any number of shared \
-                     holders beside each other (and exclusive runs alone), --limit N admits N holders \
-                     of one kind",
-                ));
-            }
-            (true, None) => Kind::Shared,
-            (false, None | Some(1)) => Kind::Exclusive,
-            (false, Some(n)) => Kind::Limit(n),
-        };
+        let kind = kind(&cli)?;
         if kind != Kind::Exclusive && matches!(redis.topology, Topology::Quorum { .. }) {
+            let (limit_from_env, shared_from_env) = cli.kind_from_env;
             return Err(usage(format!(
                 "{} needs one Redis (a single node, the Sentinels' master or a Cluster): a Redlock \
                  quorum (several --redis-url) holds exclusive locks only",
-                if cli.shared { "--shared" } else { "--limit" }
+                match kind {
+                    Kind::Shared if shared_from_env => "--shared (from REDLOCK_SHARED)",
+                    Kind::Shared => "--shared",
+                    _ if limit_from_env => "--limit (from REDLOCK_LIMIT)",
+                    _ => "--limit",
+                }
             )));
         }
         if let Topology::Quorum { .. } = redis.topology {
@@ -630,6 +625,33 @@ impl Config {
             command: cli.command,
         })
     }
+}
+
+/// The kind of lock from `--shared` and `--limit`. They do not combine; when one comes from the
+/// environment and the other from the command line, the command line wins.
+fn kind(cli: &Cli) -> Result<Kind, Error> {
+    let (limit_from_env, shared_from_env) = cli.kind_from_env;
+    let (shared, limit) = match (cli.shared, cli.limit) {
+        (true, Some(_)) if shared_from_env && !limit_from_env => (false, cli.limit),
+        (true, Some(_)) if limit_from_env && !shared_from_env => (true, None),
+        other => other,
+    };
+    Ok(match (shared, limit) {
+        (true, Some(_)) => {
+            let source = match (limit_from_env, shared_from_env) {
+                (true, true) => " (both from the environment: REDLOCK_SHARED and REDLOCK_LIMIT)",
+                _ => "",
+            };
+            return Err(usage(format!(
+                "--shared and --limit cannot be combined{source}: --shared admits any number of shared \
+                 holders beside each other (and exclusive runs alone), --limit N admits N holders of \
+                 one kind"
+            )));
+        }
+        (true, None) => Kind::Shared,
+        (false, None | Some(1)) => Kind::Exclusive,
+        (false, Some(n)) => Kind::Limit(n),
+    })
 }
 
 /// The shortest TTL, in whole milliseconds, for which `works` holds (it holds for every longer

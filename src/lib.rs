@@ -94,6 +94,13 @@ fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitC
     ExitCode::from(exit_status)
 }
 
+/// `status` or `release` among the wrapper's own arguments, but not first: the user meant the
+/// subcommand and put an option before it, which makes it the command to run instead.
+fn late_subcommand() -> Option<String> {
+    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+    args.iter().skip(1).find(|a| *a == "status" || *a == "release").cloned()
+}
+
 /// clap's error in the tool's own style (`redlock-run: error: …`). Its tip "to pass '-x' as a
 /// value, use '-- -x'" is wrong for a wrapper, where whatever follows `--` is the command: it is
 /// replaced by one that fits.
@@ -125,6 +132,11 @@ fn usage_error(e: &clap::Error) -> String {
         Some("durations and numbers cannot be negative".to_owned())
     } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {
         Some("to give an option a value that starts with '-', write --option=VALUE".to_owned())
+    } else if let Some(sub) = late_subcommand().filter(|_| e.kind() == ErrorKind::MissingRequiredArgument) {
+        Some(format!(
+            "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] (to \
+             run a command called {sub}, put it after --)"
+        ))
     } else {
         None
     };
@@ -140,10 +152,18 @@ fn usage_error(e: &clap::Error) -> String {
             out.push_str("redlock-run: ");
             out.push_str(line);
             out.push('\n');
-            if let Some(tip) = tip.take() {
+            // After the first line, or after the list it announces ("…not provided:").
+            if !line.ends_with(':')
+                && let Some(tip) = tip.take()
+            {
                 out.push_str(&format!("\n  tip: {tip}\n"));
             }
             continue;
+        }
+        if (line.trim().is_empty() || line.starts_with("Usage:"))
+            && let Some(tip) = tip.take()
+        {
+            out.push_str(&format!("\n  tip: {tip}\n"));
         }
         out.push_str(line);
         out.push('\n');

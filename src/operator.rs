@@ -127,6 +127,14 @@ fn holder_json(h: &Holder) -> serde_json::Value {
     })
 }
 
+/// "exclusive", "shared", "--limit 3".
+fn kind_text(kind: Kind) -> String {
+    match kind {
+        Kind::Limit(n) => format!("--limit {n}"),
+        other => other.name().to_owned(),
+    }
+}
+
 fn humane(d: std::time::Duration) -> humantime::FormattedDuration {
     humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64))
 }
@@ -138,8 +146,8 @@ fn indent(text: &str) -> String {
 /// One node's view: text, JSON, and whether the key exists there.
 fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_json::Value, bool) {
     // A set of holders whose leases have all ended is free (Redis removes it a moment later).
-    let several = snap.kind == "zset";
-    let held = snap.kind != "none" && !(snap.kind == "zset" && snap.holding == 0);
+    let several = snap.several;
+    let held = snap.kind != "none" && !(several && snap.holding == 0);
     // Every holder, with its time left and fence: the one of an exclusive lock, or those of a
     // `--shared` or `--limit` lock that `status` lists.
     let holders: Vec<(Holder, std::time::Duration, Option<i64>)> = if several {
@@ -256,8 +264,11 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
         }
         if snap.waiters > 0 {
             t.push_str(&format!("  queue:  {} waiting\n", snap.waiters));
+            // Each waiter's kind, where kinds can differ (shared and exclusive runs).
+            let kinds = several || waiters.iter().any(|w| w.kind != Kind::Exclusive);
             for (i, w) in waiters.iter().enumerate() {
-                t.push_str(&format!("    {}. {}\n", i + 1, w.describe()));
+                let kind = if kinds { format!(", {}", kind_text(w.kind)) } else { String::new() };
+                t.push_str(&format!("    {}. {}{kind}\n", i + 1, w.describe()));
             }
             if snap.waiters > waiters.len() as u64 {
                 t.push_str("    … (more not listed)\n");

@@ -592,3 +592,18 @@ fn a_bad_value_from_the_environment_names_its_variable() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(!r.stderr.contains("environment"), "given on the command line: {}", r.stderr);
 }
+
+/// An option before `status` or `release` makes it the command to run; the error says so.
+#[test]
+fn a_subcommand_after_an_option_gets_a_tip() {
+    let r = run(
+        wrapper().args(["--redis-url", "redis://127.0.0.1:1", "status", "--key", "k"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("tip: subcommands come first, then their options: redlock-run status --key KEY"),
+        "{}",
+        r.stderr
+    );
+}

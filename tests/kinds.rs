@@ -90,6 +90,19 @@ fn peak(events: &[(bool, String, Option<i64>)]) -> usize {
     peak
 }
 
+/// A Redlock quorum: this server and two more URLs (the kinds are refused before connecting).
+fn quorum(url: &str) -> [String; 6] {
+    let other = |host| format!("redis://{host}:{}", free_port());
+    [
+        "--redis-url".into(),
+        url.into(),
+        "--redis-url".into(),
+        other("127.0.0.2"),
+        "--redis-url".into(),
+        other("127.0.0.3"),
+    ]
+}
+
 fn finish(children: Vec<Child>) {
     for c in children {
         let o = wait_output(c, LIMIT);
@@ -216,6 +229,15 @@ fn shared_runs_that_arrive_after_a_waiting_exclusive_run_start_after_it() {
     assert!(passer.stderr.contains("an exclusive run is queued for it"), "{}", passer.stderr);
     std::thread::sleep(Duration::from_millis(600));
     assert!(events(&out).is_empty(), "nothing ran beside the first shared holder: {:?}", events(&out));
+    let url = redis.url();
+    let status = run(wrapper().args(["status", "--redis-url", &url, "-k", "lock:fair"]), LIMIT);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        text.contains(&format!("    1. vm (pid {}) since", exclusive.id())) || text.contains(", exclusive\n"),
+        "{text}"
+    );
+    assert!(text.lines().filter(|l| l.ends_with(", shared")).count() == 3, "each waiter's kind: {text}");
+    assert!(text.lines().any(|l| l.starts_with("    1. ") && l.ends_with(", exclusive")), "{text}");
 
     std::fs::write(&go, "").unwrap();
     let mut all = vec![first, exclusive];
@@ -275,15 +297,13 @@ fn combinations_that_cannot_be_defined_are_usage_errors() {
     }
     let url = redis.url();
     for kind in [&["--shared"][..], &["--limit", "2"][..]] {
-        let r = run(
-            wrapper()
-                .args(["-k", "k", "--redis-url", &url, "--redis-url", &url, "--redis-url", &url])
-                .args(kind)
-                .args(["--", "true"]),
-            LIMIT,
-        );
+        let r = run(wrapper().args(["-k", "k"]).args(quorum(&url)).args(kind).args(["--", "true"]), LIMIT);
         assert_eq!(r.code, 64, "{kind:?}: {}", r.stderr);
-        assert!(r.stderr.contains("a Redlock quorum"), "{kind:?}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("a Redlock quorum (several --redis-url) holds exclusive locks only"),
+            "{kind:?}: {}",
+            r.stderr
+        );
     }
     let r = run(
         redlock(&redis).args(["-k", "k", "--", "true"]).env("REDLOCK_SHARED", "1").env("REDLOCK_LIMIT", "3"),
@@ -486,4 +506,165 @@ fn a_signalled_or_timed_out_holder_gives_back_only_its_own_permit() {
     std::fs::write(&go, "").unwrap();
     finish(vec![stay]);
     assert_eq!(holders(&redis, "lock:stop"), 0);
+}
+
+/// `status` counts the leases, not the sorted set's own TTL (which may outlive them).
+#[test]
+fn status_reports_the_last_lease_and_a_free_lock_once_every_lease_ended() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let url = redis.url();
+    let status = || {
+        let s = run(wrapper().args(["status", "--redis-url", &url, "-k", "lock:ttl", "--json"]), LIMIT);
+        (s.code, serde_json::from_slice::<serde_json::Value>(&s.stdout).expect("JSON"))
+    };
+    // A short lease that is held, beside a long one that ended at once (released).
+    let mut short = holder(&redis, "lock:ttl", &["--limit", "4", "--ttl", "1s"], &go);
+    let long =
+        run(redlock(&redis).args(["-k", "lock:ttl", "--limit", "4", "--ttl", "30s", "--", "true"]), LIMIT);
+    assert_eq!(long.code, 0, "{}", long.stderr);
+    let (code, json) = status();
+    assert_eq!(code, 0);
+    assert!(json["ttl_ms"].as_u64().is_some_and(|ms| ms <= 1000), "the short lease's: {json}");
+    // Its holder dies without releasing: once the lease has ended the lock is free.
+    short.kill().unwrap();
+    short.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1300));
+    let (code, json) = status();
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(json["held"], false);
+    assert!(json["ttl_ms"].is_null() && json["expires"].is_null() && json["holder"].is_null(), "{json}");
+}
+
+/// A sorted set at the key that redlock-run did not write is "not a lock" for `status`, for
+/// every kind of run, and for `release --force`; nothing touches it.
+#[test]
+fn every_part_agrees_on_a_foreign_sorted_set() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let far = "99999999999999";
+    let sets: [(&str, &[&str]); 4] = [
+        ("past", &["1", "a", "2", "b"]),
+        ("exclusive-member", &[far, "0123456789abcdef0123456789abcdef vm 5 123"]),
+        ("not-a-number", &[far, "0123456789abcdef0123456789abcdef vm 5 notnum shared"]),
+        ("bad-limit", &[far, "0123456789abcdef0123456789abcdef vm 5 123 limit=x"]),
+    ];
+    for (key, members) in sets {
+        let mut zadd: Vec<&[u8]> = vec![b"ZADD", key.as_bytes()];
+        zadd.extend(members.iter().map(|m| m.as_bytes()));
+        let _: u64 = redis.cmd(&zadd);
+        let before: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1", b"WITHSCORES"]);
+        let s = run(wrapper().args(["status", "--redis-url", &url, "-k", key]), LIMIT);
+        assert!(
+            String::from_utf8_lossy(&s.stdout).contains("holds a zset, not a lock"),
+            "{key}: {:?}",
+            s.stdout
+        );
+        assert_eq!(s.code, 0, "{key}: something occupies the key");
+        for kind in [&[][..], &["--shared"][..], &["--limit", "2"][..]] {
+            let r = run(redlock(&redis).args(["-k", key]).args(kind).args(["--", "true"]), LIMIT);
+            assert_eq!(r.code, 65, "{key} {kind:?}: {}", r.stderr);
+            assert!(
+                r.stderr.contains("a sorted set not written by redlock-run"),
+                "{key} {kind:?}: {}",
+                r.stderr
+            );
+        }
+        let r = run(wrapper().args(["release", "--force", "--redis-url", &url, "-k", key]), LIMIT);
+        assert_eq!(r.code, 65, "{key}: {}", r.stderr);
+        let after: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1", b"WITHSCORES"]);
+        assert_eq!(before, after, "{key}: untouched");
+    }
+}
+
+/// Other data under the names the lock keeps next to the key: named, left alone, and a release
+/// still completes.
+#[test]
+fn foreign_data_next_to_the_key_is_named_and_left_alone() {
+    let redis = RedisServer::start();
+    for (key, name, kind) in [
+        ("q", "{q}:queue", &[][..]),
+        ("e", "{e}:queue:expiry", &["--limit", "2"][..]),
+        ("h", "{h}:holders", &["--shared"][..]),
+    ] {
+        redis.cmd::<()>(&[b"SET", name.as_bytes(), b"junk"]);
+        let r = run(redlock(&redis).args(["-k", key]).args(kind).args(["--", "true"]), LIMIT);
+        assert_eq!(r.code, 65, "{name}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("\"{name}\" next to lock \"{key}\" holds a value of type string")),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(redis.get(name.as_bytes()).as_deref(), Some(&b"junk"[..]), "{name}: untouched");
+        assert!(!redis.exists(key.as_bytes()), "{name}: nothing taken");
+    }
+    // A holder whose queue's expiry becomes a hash while it holds: its release still deletes
+    // the lock and says so.
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let h = holder(&redis, "r", &[], &go);
+    let _: u64 = redis.cmd(&[b"HSET", b"{r}:queue:expiry", b"a", b"b"]);
+    std::fs::write(&go, "").unwrap();
+    let o = wait_output(h, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("could not confirm the release"), "{stderr}");
+    assert!(!redis.exists(b"r"));
+}
+
+#[test]
+fn a_waiter_of_another_kind_is_named_as_a_waiter() {
+    let redis = RedisServer::start();
+    let time: Vec<String> = redis.cmd(&[b"TIME"]);
+    let alive = (time[0].parse::<u64>().unwrap() * 1000 + 60_000).to_string();
+    let waiter = "0123456789abcdef0123456789abcdef web-9 4242 1764460800000";
+    let _: u64 = redis.cmd(&[b"ZADD", b"{w}:queue", b"1", waiter.as_bytes()]);
+    let _: u64 = redis.cmd(&[b"ZADD", b"{w}:queue:expiry", alive.as_bytes(), waiter.as_bytes()]);
+    let r = run(redlock(&redis).args(["-k", "w", "--limit", "2", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 65, "{}", r.stderr);
+    assert!(r.stderr.contains("is waited for with an exclusive lock"), "{}", r.stderr);
+    assert!(r.stderr.contains("web-9 (pid 4242"), "{}", r.stderr);
+}
+
+/// `--limit` and `--shared` from the environment give way to the other flag on the command
+/// line; both from the environment are an error that names the variables.
+#[test]
+fn the_command_line_wins_over_a_kind_from_the_environment() {
+    let redis = RedisServer::start();
+    let token = |env: (&str, &str), args: &[&str]| {
+        run(
+            redlock(&redis)
+                .args(["-k", "env"])
+                .args(args)
+                .args(["--", "sh", "-c", "echo $REDLOCK_TOKEN"])
+                .env(env.0, env.1),
+            LIMIT,
+        )
+    };
+    let r = token(("REDLOCK_LIMIT", "3"), &["--shared"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(String::from_utf8_lossy(&r.stdout).trim_end().ends_with(" shared"), "{:?}", r.stdout);
+    let r = token(("REDLOCK_SHARED", "1"), &["--limit", "2"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(String::from_utf8_lossy(&r.stdout).trim_end().ends_with(" limit=2"), "{:?}", r.stdout);
+    let r = token(("REDLOCK_SHARED", "1"), &["--limit", "1"]);
+    assert_eq!(r.code, 0, "--limit 1 is the exclusive lock: {}", r.stderr);
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim_end().split(' ').count(), 4);
+    let r = run(
+        redlock(&redis)
+            .args(["-k", "env", "--", "true"])
+            .env("REDLOCK_SHARED", "1")
+            .env("REDLOCK_LIMIT", "3"),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("REDLOCK_SHARED and REDLOCK_LIMIT"), "{}", r.stderr);
+    let url = redis.url();
+    let r = run(
+        wrapper().args(["-k", "env"]).args(quorum(&url)).args(["--", "true"]).env("REDLOCK_SHARED", "1"),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("--shared (from REDLOCK_SHARED) needs one Redis"), "{}", r.stderr);
 }

@@ -38,6 +38,8 @@ pub struct Snapshot {
     pub holding: u64,
     /// The first of them by lease end: value, time left, fence.
     pub holders: Vec<(Vec<u8>, Duration, Option<i64>)>,
+    /// The key is a sorted set of holders of `--shared` or `--limit` (not some other set).
+    pub several: bool,
 }
 
 /// What `status` reads. Redis answering "not now" (TRYAGAIN during a slot migration, LOADING,
@@ -62,7 +64,7 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
     script.arg(MAX_WAITERS).arg(MAX_HOLDERS);
     let reply: Vec<Value> = conn.invoke(&script).await?;
-    let [kind, value, pttl, fence, waiters, first, holding, holders] = &reply[..] else {
+    let [kind, value, pttl, fence, waiters, first, holding, holders, ours] = &reply[..] else {
         return Err(replies::unexpected("status", &reply));
     };
     let holding = replies::int(Some(holding)).and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
@@ -90,6 +92,7 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
         _ => Vec::new(),
     };
     let kind = replies::text(Some(kind));
+    let several = kind == "zset" && replies::int(Some(ours)) == Some(1);
     let value = replies::bytes(Some(value));
     let ttl = match replies::int(Some(pttl)) {
         Some(-2) | None => None,
@@ -98,7 +101,19 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
     };
     let fence = replies::fence(Some(fence));
     let (records, more_records) = records(conn, keys).await?;
-    Ok(Snapshot { kind, value, ttl, fence, records, more_records, waiters, first_waiters, holding, holders })
+    Ok(Snapshot {
+        kind,
+        value,
+        ttl,
+        fence,
+        records,
+        more_records,
+        waiters,
+        first_waiters,
+        holding,
+        holders,
+        several,
+    })
 }
 
 /// Success records of `--idempotency-key`, found with SCAN (bounded).
@@ -165,7 +180,7 @@ pub async fn force_release(conn: &mut Conn, keys: &Keys, prefix: Option<&str>) -
         [Value::Int(0)] => Ok(Forced::Free),
         [Value::Int(2)] => Ok(Forced::NoMatch),
         [Value::Int(3), n] => Ok(Forced::Ambiguous(replies::int(Some(n)).unwrap_or(0).max(0) as u64)),
-        [Value::Int(-1), kind] => Err(replies::not_a_lock(&keys.lock, Some(kind))),
+        [Value::Int(-1), kind] => Err(replies::not_a_lock(&keys.lock, Some(kind), None)),
         _ => Err(replies::unexpected("release", &reply)),
     }
 }

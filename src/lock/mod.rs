@@ -424,15 +424,21 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
             arrival: position(reply.get(3)),
         }),
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
-        Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1))),
+        Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1), reply.get(2))),
         Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
-        Some(Value::Int(-3)) => Err(mismatch(keys, kind, &replies::bytes(reply.get(1)).unwrap_or_default())),
+        Some(Value::Int(-3)) => Err(mismatch(
+            keys,
+            kind,
+            &replies::bytes(reply.get(1)).unwrap_or_default(),
+            replies::int(reply.get(2)) == Some(1),
+        )),
         _ => Err(unexpected()),
     }
 }
 
-/// A holder or a waiter of the key (its value) uses a kind of lock this run's does not go with.
-fn mismatch(keys: &Keys, mine: Kind, theirs: &[u8]) -> Fault {
+/// A holder (`held`) or a queued waiter of the key, its value given, uses a kind of lock this
+/// run's does not go with.
+fn mismatch(keys: &Keys, mine: Kind, theirs: &[u8], held: bool) -> Fault {
     let (kind, who) = match Holder::parse(theirs) {
         Some(h) => (h.kind, format!("{} (pid {}, token {}…)", h.host, h.pid, h.token_prefix())),
         None => (Kind::Exclusive, "a value not written by redlock-run".to_owned()),
@@ -443,9 +449,10 @@ fn mismatch(keys: &Keys, mine: Kind, theirs: &[u8]) -> Fault {
         Kind::Limit(n) => format!("--limit {n}"),
     };
     Fault::WrongType(format!(
-        "lock {} is in use with {} by {who}, but this run asks for {}; every run on a key must use \
-         the same kind of lock: exclusive and --shared runs go together, --limit N only with the same N",
+        "lock {} is {} with {} by {who}, but this run asks for {}; every run on a key must use the \
+         same kind of lock: exclusive and --shared runs go together, --limit N only with the same N",
         show_key(&keys.lock),
+        if held { "in use" } else { "waited for" },
         flag(kind),
         flag(mine)
     ))

@@ -38,9 +38,18 @@ pub fn text(v: Option<&Value>) -> String {
     }
 }
 
-/// `{-1, type}`: the lock key holds a value of another type, left untouched.
-pub fn not_a_lock(key: &[u8], kind: Option<&Value>) -> Fault {
+/// `{-1, type[, name]}`: the lock key (or the name next to it that is given) holds a value of
+/// another type, left untouched.
+pub fn not_a_lock(key: &[u8], kind: Option<&Value>, name: Option<&Value>) -> Fault {
     let kind = text(kind);
+    if let Some(name) = bytes(name).filter(|n| n != key) {
+        return Fault::WrongType(format!(
+            "{} next to lock {} holds a value of type {kind}, not what the lock keeps there; it was \
+             left untouched (delete it if nothing else uses it)",
+            show_key(&name),
+            show_key(key)
+        ));
+    }
     let what = if kind == "zset" {
         // A lock of --shared or --limit is a sorted set of redlock-run values.
         "a sorted set not written by redlock-run".to_owned()

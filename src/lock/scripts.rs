@@ -34,9 +34,13 @@ end
 /// Lua helpers for the fair queue (KEYS[q] the queue, KEYS[e] the entries' expiries) and the
 /// kinds of lock.
 /// - `now_ms()`: the server clock in ms.
-/// - `kind_of(value)`: `nil` for an exclusive run's value, else its fifth word (`shared`,
-///   `limit=N`); `family(kind)`: which kinds go together (exclusive with shared; a limit only
-///   with itself); `limit_of(kind)`: how many may hold (`nil`: any number of shared holders).
+/// - `kind_of(value)`: `nil` for an exclusive run's value (or any other), else its fifth word
+///   when the value is one redlock-run writes (`shared`, `limit=N` with N ≥ 2 written as
+///   Rust's `Kind` writes it); `family(kind)`: which kinds go together (exclusive with shared;
+///   a limit only with itself); `limit_of(kind)`: how many may hold (`nil`: any number of
+///   shared holders). `ours(k)`: the set at `k` holds redlock-run values (its first member).
+/// - `queue_ok(q, e)`: the queue's keys are sorted sets or absent; waking and leaving do
+///   nothing to keys that hold something else (the acquisition reports them).
 /// - `each_live(q, e, now, visit)`: calls `visit` on each waiter whose entry has not lapsed, in
 ///   order, until it returns true (→ that waiter; `nil` at the end), removing lapsed ones on
 ///   the way (with `pcall`: a read-only or full Redis still answers; then they are stepped
@@ -56,7 +60,18 @@ local function now_ms()
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
 local function kind_of(value)
-  return string.match(value, '^%S+ %S+ %S+ %S+ (%S+)$')
+  local kind = string.match(value, '^%S+ %S+ %d+ %d+ (%S+)$')
+  if kind == 'shared' then return kind end
+  local n = kind and string.match(kind, '^limit=([1-9]%d*)$')
+  if n and #n <= 10 and tonumber(n) >= 2 then return kind end
+  return nil
+end
+local function queue_ok(q, e)
+  for _, k in ipairs({q, e}) do
+    local t = redis.call('TYPE', k)['ok']
+    if t ~= 'none' and t ~= 'zset' then return false end
+  end
+  return true
 end
 local function family(kind)
   if kind == nil or kind == 'shared' then return 'rw' end
@@ -109,9 +124,16 @@ local function prune(k, h, now)
     redis.pcall('ZREM', k, member)
     redis.pcall('HDEL', h, member)
   end
-  if redis.call('EXISTS', k) == 0 then redis.pcall('DEL', h) end
+  local _, last = latest(k)
+  if not last then
+    redis.pcall('DEL', h)
+  elseif last > now then
+    redis.pcall('PEXPIRE', k, last - now)
+    redis.pcall('PEXPIRE', h, last - now)
+  end
 end
 local function wake_ready(k, q, e, prefix)
+  if not queue_ok(q, e) then return end
   local now = now_ms()
   local t = redis.call('TYPE', k)['ok']
   if t ~= 'none' and t ~= 'zset' then return end
@@ -167,9 +189,11 @@ end
 ///   `--idempotency-key` (then the run waits for it even with permits free);
 ///   `{3, first, position, arrival}` the holders would admit this run, but waiters that come
 ///   first are queued (`first`: the one it waits for);
-///   `{-1, type}` the key holds another type (or a sorted set not written by redlock-run);
+///   `{-1, type[, name]}` the key (or the name next to it that is given) holds another type,
+///   or a sorted set not written by redlock-run;
 ///   `{-2, error}` the fence counter is unusable (nothing is left held);
-///   `{-3, value}` a holder or a queued waiter (its value) uses another kind of lock;
+///   `{-3, value, held}` a holder (`held` 1) or a queued waiter (0), its value given, uses
+///   another kind of lock;
 ///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken; a queued
 ///   run leaves the queue, and waits that can now hold are woken).
 ///   `position` is this run's place in the queue (1 = next) after joining, or false; `arrival`
@@ -243,6 +267,11 @@ local function join(now)
   redis.pcall('PEXPIRE', KEYS[5], ARGV[3])
   return redis.call('ZRANK', KEYS[3], ARGV[1]) + 1, seq
 end
+-- The names next to the lock must hold what the lock keeps there, or be absent.
+for i, expected in pairs({[3] = 'zset', [4] = 'zset', [6] = 'hash'}) do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= expected then return {-1, t, KEYS[i]} end
+end
 local record = KEYS[7]
 if record then
   local done = redis.call('GET', record)
@@ -305,12 +334,12 @@ elseif t ~= 'none' then
 end
 if holder and family(held) ~= family(mine) then
   leave()
-  return {-3, holder}
+  return {-3, holder, 1}
 end
 local first = first_live(KEYS[3], KEYS[4], now)
 if first and first ~= ARGV[1] and family(kind_of(first)) ~= family(mine) then
   leave()
-  return {-3, first}
+  return {-3, first, 0}
 end
 -- The first live waiter that comes before this run and for which `visit` is true.
 local function ahead(visit)
@@ -454,8 +483,8 @@ pub static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         queue_lua!(),
         r#"
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
+redis.pcall('ZREM', KEYS[2], ARGV[1])
+redis.pcall('ZREM', KEYS[3], ARGV[1])
 wake_ready(KEYS[1], KEYS[2], KEYS[3], ARGV[2])
 return 1
 "#
@@ -465,10 +494,11 @@ return 1
 /// KEYS: lock, fence, queue, queue expiry, holders. ARGV: how many waiters to list, how many
 /// holders to list.
 /// → `{type, value or false, pttl, fence or false, waiters, {value, seq, …}, holding,
-///   {value, ms left, fence or false, …}}`, one consistent snapshot for `status`: `waiters`
-///   counts the live entries of the queue, and the list holds the first of them, in order, with
-///   their arrival numbers; for `--shared` and `--limit`, `holding` counts the live holders and
-///   the list holds the first of them by lease end. Read only.
+///   {value, ms left, fence or false, …}, ours}`, one consistent snapshot for `status`:
+///   `waiters` counts the live entries of the queue, and the list holds the first of them, in
+///   order, with their arrival numbers; for `--shared` and `--limit` (a sorted set that is
+///   `ours`, 1), `holding` counts the live holders, the list holds the first of them by lease
+///   end, and `pttl` is the time until the last lease ends (-2: none is left). Read only.
 pub static STATUS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         queue_lua!(),
@@ -496,8 +526,14 @@ if redis.call('TYPE', KEYS[3])['ok'] == 'zset' and redis.call('TYPE', KEYS[4])['
     offset = offset + 16
   end
 end
-local holding, holders = 0, {}
-if kind == 'zset' then
+local holding, holders, ok = 0, {}, true
+local pttl = redis.call('PTTL', KEYS[1])
+if kind == 'zset' then ok = ours(KEYS[1]) end
+if ok and kind == 'zset' then
+  -- The lock lives until the last lease ends (the set itself may outlive it a little).
+  local _, last = latest(KEYS[1])
+  pttl = -2
+  if last and last > now then pttl = last - now end
   holding = live(KEYS[1], now)
   local found = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, ARGV[2])
   local has_fences = redis.call('TYPE', KEYS[5])['ok'] == 'hash'
@@ -508,7 +544,8 @@ if kind == 'zset' then
     table.insert(holders, entry and string.match(entry, '^%S+') or false)
   end
 end
-return {kind, value, redis.call('PTTL', KEYS[1]), fence, waiters, first, holding, holders}
+if ok then ok = 1 else ok = 0 end
+return {kind, value, pttl, fence, waiters, first, holding, holders, ok}
 "#
     ))
 });
