@@ -132,11 +132,13 @@ fn usage_error(e: &clap::Error) -> String {
         Some("durations and numbers cannot be negative".to_owned())
     } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {
         Some("to give an option a value that starts with '-', write --option=VALUE".to_owned())
-    } else if let Some(sub) = late_subcommand().filter(|_| e.kind() == ErrorKind::MissingRequiredArgument) {
-        Some(format!(
-            "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] (to \
-             run a command called {sub}, put it after --)"
-        ))
+    } else if e.kind() == ErrorKind::MissingRequiredArgument {
+        late_subcommand().map(|sub| {
+            format!(
+                "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] \
+                 (to run a command called {sub}, put it after --)"
+            )
+        })
     } else {
         None
     };
