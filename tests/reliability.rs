@@ -1,7 +1,8 @@
-//! Reliability under injected faults, in a soak: five wrappers run in loops against one lock
-//! while a fault injector disturbs Redis, the network (through [`FaultProxy`]) and the
-//! wrappers; the commands report to an [`Oracle`] that plays a fenced resource.
-//! RELIABILITY.md describes the soak and its figures.
+//! Reliability under injected faults, in a soak: wrappers run in loops against one lock (five
+//! of them, exclusive runs), or against a `--limit 3` key and a key of `--shared` and exclusive
+//! runs (the kinds phase), while a fault injector disturbs Redis, the network (through
+//! [`FaultProxy`]) and the wrappers; the commands report to an [`Oracle`] that plays a fenced
+//! resource per key. RELIABILITY.md describes the soak and its figures.
 //!
 //! `SOAK_SECS` (default 60) sets the soak's total length, `SOAK_SEED` replays a schedule.
 
@@ -9,6 +10,8 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +22,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use support::fault::{FaultProxy, Mode, Rng};
-use support::oracle::{self, ORACLE_HOLD_MS, ORACLE_SOCKET, Occupant, Oracle, OracleReport};
+use support::oracle::{
+    self, Kind, ORACLE_HOLD_MS, ORACLE_KIND, ORACLE_SOCKET, Occupant, Oracle, OracleReport,
+};
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -32,6 +37,95 @@ fn oracle_client() {
     oracle::oracle_client();
 }
 
+/// A hand-driven client of the oracle: enters with a fence, kind and resource, and writes.
+struct Holder {
+    conn: UnixStream,
+    replies: BufReader<UnixStream>,
+}
+
+impl Holder {
+    fn enter(oracle: &Oracle, fence: u64, kind: &str, resource: &str) -> (Holder, bool) {
+        let conn = UnixStream::connect(oracle.path()).expect("connect to the oracle");
+        let replies = BufReader::new(conn.try_clone().expect("clone"));
+        let mut h = Holder { conn, replies };
+        let ok = h.say(&format!("ENTER {fence} 1 1 1 1000 {kind} {resource}"));
+        (h, ok)
+    }
+
+    fn write(&mut self, fence: u64) -> bool {
+        self.say(&format!("WRITE {fence}"))
+    }
+
+    /// Sends a line; true for `OK`, false for `STALE`.
+    fn say(&mut self, line: &str) -> bool {
+        self.conn.write_all(format!("{line}\n").as_bytes()).expect("send");
+        let mut answer = String::new();
+        self.replies.read_line(&mut answer).expect("answer");
+        answer.trim() == "OK"
+    }
+}
+
+/// The oracle's model of each kind (tests/support/oracle.rs), driven by hand: it flags a key
+/// held beyond its kind, refuses the stale holder's writes and not the legitimate ones', and
+/// shows a fence that went backwards.
+#[test]
+fn oracle_flags_holders_beyond_their_kind_and_refuses_stale_writes() {
+    let dir = tmp();
+    let oracle = Oracle::start(dir.path());
+    let overlaps_on = |key: &str| -> Vec<oracle::Overlap> {
+        oracle.report().overlaps.into_iter().filter(|o| o.resource == key).collect()
+    };
+
+    // A semaphore of 2: two holders write whatever their fences' order; a third displaces the
+    // lowest fence, whose writes are refused from then on, and is recorded with the one that
+    // displaced it.
+    let (mut b, ok_b) = Holder::enter(&oracle, 11, "limit=2", "sem");
+    let (mut a, ok_a) = Holder::enter(&oracle, 10, "limit=2", "sem");
+    assert!(ok_a && ok_b && a.write(10) && b.write(11), "two holders of --limit 2 both write");
+    assert!(overlaps_on("sem").is_empty());
+    let (mut c, ok_c) = Holder::enter(&oracle, 12, "limit=2", "sem");
+    assert!(ok_c && b.write(11) && c.write(12), "the fresher holders write");
+    assert!(!a.write(10), "the displaced holder is refused");
+    let sem = overlaps_on("sem");
+    assert_eq!(sem.len(), 1, "{sem:?}");
+    assert_eq!((sem[0].fences.as_slice(), sem[0].rejected), (&[10, 12][..], 1), "{sem:?}");
+    assert_eq!(oracle.report().resources["sem"].peak, 3);
+    // A fourth with a fence lower than all (a fence gone backwards) is refused at its entry,
+    // and has no overlap of its own: its refusals are outside any.
+    let (mut d, ok_d) = Holder::enter(&oracle, 5, "limit=2", "sem");
+    assert!(!ok_d && !d.write(5) && b.write(11) && c.write(12));
+    assert_eq!(overlaps_on("sem").len(), 1);
+
+    // Readers and a writer: readers write together whatever their fences' order; a writer
+    // beside them is an overlap for each, and it refuses them; a reader or writer with a
+    // fence below the writer's is refused.
+    let (mut r1, ok1) = Holder::enter(&oracle, 21, "shared", "rw");
+    let (mut r2, ok2) = Holder::enter(&oracle, 20, "shared", "rw");
+    assert!(ok1 && ok2 && r1.write(21) && r2.write(20), "readers hold together");
+    assert!(overlaps_on("rw").is_empty());
+    let (mut w, ok_w) = Holder::enter(&oracle, 22, "exclusive", "rw");
+    assert!(ok_w && w.write(22));
+    assert!(!r1.write(21) && !r2.write(20), "readers older than the writer are refused");
+    assert_eq!(overlaps_on("rw").len(), 2);
+    let (mut late, ok_late) = Holder::enter(&oracle, 19, "shared", "rw");
+    assert!(!ok_late && !late.write(19), "a reader older than the writer is refused");
+    let w_overlap = overlaps_on("rw").into_iter().find(|o| o.fences[0] == 22).expect("the writer's overlap");
+    assert_eq!(w_overlap.fences, [22, 19], "the writer's overlap shows the lower fence that came after it");
+    drop((r1, r2, late, w));
+    let (mut r3, ok3) = Holder::enter(&oracle, 24, "shared", "rw");
+    assert!(ok3 && r3.write(24), "a reader after the writer left");
+    let (mut old_writer, ok_old) = Holder::enter(&oracle, 23, "exclusive", "rw");
+    assert!(!ok_old && !old_writer.write(23), "a writer below the last reader's fence is refused");
+
+    // Kinds that do not go together on one key, and a fence used twice, are counted.
+    let (_mixed, _) = Holder::enter(&oracle, 30, "exclusive", "sem");
+    let (_again, _) = Holder::enter(&oracle, 12, "limit=2", "sem");
+    let report = oracle.report();
+    assert_eq!(report.resources["sem"].kind_conflicts, 1);
+    assert_eq!(report.fence_reused, 1);
+    drop((a, b, c, d, r3, old_writer));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The soak
 
@@ -41,18 +135,71 @@ const RENEW_EVERY: Duration = Duration::from_millis(400);
 const KILL_GRACE: Duration = Duration::from_millis(300);
 const WAIT: Duration = Duration::from_secs(3);
 const WRAPPERS: usize = 5;
+/// The keys of the kinds phase: a semaphore, and readers with writers.
+const LIMIT_KEY: &str = "lock:soak:limit";
+const PERMITS: usize = 3;
+const RW_KEY: &str = "lock:soak:rw";
 /// Scheduling allowance for a loaded two-core machine, on top of the bounds the product
 /// promises.
 const SLACK: Duration = Duration::from_millis(500);
 
-/// The two soak phases share the machine badly, so they take turns.
+/// The soak phases share the machine badly, so they take turns.
 static SOAK: Mutex<()> = Mutex::new(());
 
-/// Each phase injects every fault of its kind once, then goes on until it has had half of
-/// `SOAK_SECS` after 30 s for setting up, draining and the first rounds.
+/// Each phase injects every one of its faults once, then goes on until it has had a third of
+/// `SOAK_SECS` after 45 s for setting up, draining and the first rounds.
 fn phase_budget() -> Duration {
     let total: u64 = std::env::var("SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
-    Duration::from_secs(total.saturating_sub(30)) / 2
+    Duration::from_secs(total.saturating_sub(45)) / 3
+}
+
+/// What a wrapper loop runs: one key, and the kind of lock each run takes. Kinds that do not
+/// go together are refused on one key (65), so each key gets runs of one family.
+#[derive(Clone, Copy, Debug)]
+enum Runs {
+    /// Exclusive runs (neither `--shared` nor `--limit`).
+    Exclusive(&'static str),
+    /// `--limit N` runs.
+    Limit(&'static str, usize),
+    /// `--shared` runs, one in three of them exclusive instead.
+    SharedOrExclusive(&'static str),
+}
+
+impl Runs {
+    fn key(self) -> &'static str {
+        match self {
+            Runs::Exclusive(key) | Runs::Limit(key, _) | Runs::SharedOrExclusive(key) => key,
+        }
+    }
+
+    fn next(self, rng: &mut Rng) -> Kind {
+        match self {
+            Runs::Exclusive(_) => Kind::Exclusive,
+            Runs::Limit(_, n) => Kind::Limit(n),
+            Runs::SharedOrExclusive(_) if rng.chance(33) => Kind::Exclusive,
+            Runs::SharedOrExclusive(_) => Kind::Shared,
+        }
+    }
+}
+
+/// A soak phase: its faults, injected in turn, and the wrapper loops that run meanwhile.
+struct Phase {
+    name: &'static str,
+    faults: &'static [Disruption],
+    loops: &'static [Runs],
+}
+
+impl Phase {
+    /// The lock keys its wrappers use, each once.
+    fn keys(&self) -> Vec<&'static str> {
+        let mut keys: Vec<&'static str> = Vec::new();
+        for runs in self.loops {
+            if !keys.contains(&runs.key()) {
+                keys.push(runs.key());
+            }
+        }
+        keys
+    }
 }
 
 /// A fault the soak injects: Redis, the network, the lock key or a wrapper disturbed.
@@ -134,6 +281,30 @@ const DATA_LOSS_FAULTS: [Disruption; 5] = [
     Disruption::KeyForceReleased,
 ];
 
+/// The kinds phase: faults that must stop every holder, hide replies or lose wake-ups, then
+/// faults that lose the state of all the holders of a key, or the lease of one of them.
+const KIND_FAULTS: [Disruption; 6] = [
+    Disruption::RedisPauseLong,
+    Disruption::ReplyLossShort,
+    Disruption::ClientKill,
+    Disruption::RedisRestart,
+    Disruption::KeyForceReleased,
+    Disruption::WrapperPauseLong,
+];
+
+const ONE_KEY: [Runs; WRAPPERS] = [Runs::Exclusive(KEY); WRAPPERS];
+
+const KIND_LOOPS: [Runs; 8] = [
+    Runs::Limit(LIMIT_KEY, PERMITS),
+    Runs::Limit(LIMIT_KEY, PERMITS),
+    Runs::Limit(LIMIT_KEY, PERMITS),
+    Runs::Limit(LIMIT_KEY, PERMITS),
+    Runs::SharedOrExclusive(RW_KEY),
+    Runs::SharedOrExclusive(RW_KEY),
+    Runs::SharedOrExclusive(RW_KEY),
+    Runs::SharedOrExclusive(RW_KEY),
+];
+
 #[derive(Debug)]
 struct Injected {
     fault: Disruption,
@@ -164,6 +335,8 @@ struct RunRecord {
 struct Shared {
     dir: PathBuf,
     proxy_url: String,
+    /// The phase's lock keys.
+    keys: Vec<&'static str>,
     oracle: PathBuf,
     stop: AtomicBool,
     /// The injector wants a command with a long hold (to stop it): the next runs get one.
@@ -186,10 +359,10 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// Runs as a wrapper loop: one wrapper after the other until told to stop, each running the
-/// oracle client for a random hold (mostly short, sometimes longer than the TTL) with a
-/// background job in its group that must not outlive it.
-fn wrapper_loop(n: usize, shared: &Shared, mut rng: Rng) {
+/// Runs as a wrapper loop: one wrapper after the other until told to stop, each taking the
+/// lock `runs` says and running the oracle client for a random hold (mostly short, sometimes
+/// longer than the TTL) with a background job in its group that must not outlive it.
+fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
     let log = File::options()
         .create(true)
         .append(true)
@@ -207,13 +380,16 @@ fn wrapper_loop(n: usize, shared: &Shared, mut rng: Rng) {
         } else {
             rng.millis(20, 300)
         };
+        let kind = runs.next(&mut rng);
         let pgfile = shared.dir.join(format!("pg-{n}-{run_no}"));
         let mut cmd = redlock_at(&shared.proxy_url);
-        cmd.args(["-k", KEY])
+        cmd.args(["-k", runs.key()])
+            .args(kind.flags())
             .args(["--ttl", &ms(TTL), "--renew-every", &ms(RENEW_EVERY), "--kill-grace", &ms(KILL_GRACE)])
             .args(["--wait", &ms(WAIT), "--", "sh", "-c", script])
             .arg(&exe)
             .env(ORACLE_SOCKET, &shared.oracle)
+            .env(ORACLE_KIND, kind.name())
             .env(ORACLE_HOLD_MS, hold.as_millis().to_string())
             .env("PGFILE", &pgfile)
             .stdin(Stdio::null())
@@ -273,7 +449,7 @@ fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
 
-/// A value seen at the lock key by the monitor.
+/// A holder's value seen at a lock key by the monitor.
 struct Sighting {
     first: Instant,
     last: Instant,
@@ -289,9 +465,33 @@ struct MonitorReport {
     bad_ttls: Vec<String>,
 }
 
-/// Samples the lock key (value and PTTL, atomically) straight from Redis every 20 ms.
-fn monitor(port: u16, stop: &AtomicBool) -> MonitorReport {
-    let script = redis::Script::new("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}");
+/// For each lock key, what the monitor samples: an exclusive holder's value and PTTL, or each
+/// live holder of a set (`--shared`, `--limit`) with the time left of its lease, both with the
+/// key's PTTL.
+const SAMPLE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local seen = {}
+for _, k in ipairs(KEYS) do
+  local kind = redis.call('TYPE', k)['ok']
+  if kind == 'string' then
+    local pttl = redis.call('PTTL', k)
+    table.insert(seen, {redis.call('GET', k), pttl, pttl})
+  elseif kind == 'zset' then
+    local pttl = redis.call('PTTL', k)
+    local live = redis.call('ZRANGEBYSCORE', k, '(' .. now, '+inf', 'WITHSCORES')
+    for i = 1, #live, 2 do
+      table.insert(seen, {live[i], tonumber(live[i + 1]) - now, pttl})
+    end
+  end
+end
+return seen
+"#;
+
+/// Samples the lock keys (the values of their holders and the times left, atomically)
+/// straight from Redis every 20 ms.
+fn monitor(port: u16, keys: &[&str], stop: &AtomicBool) -> MonitorReport {
+    let script = redis::Script::new(SAMPLE);
     let mut report = MonitorReport::default();
     let mut conn: Option<redis::Connection> = None;
     while !stop.load(Ordering::SeqCst) {
@@ -306,19 +506,27 @@ fn monitor(port: u16, stop: &AtomicBool) -> MonitorReport {
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        let sample: redis::RedisResult<(Option<Vec<u8>>, i64)> = script.key(KEY).invoke(c);
-        let Ok((value, pttl)) = sample else {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(*key);
+        }
+        let sample: redis::RedisResult<Vec<(Vec<u8>, i64, i64)>> = invocation.invoke(c);
+        let Ok(holders) = sample else {
             conn = None;
             continue;
         };
         let now = Instant::now();
         report.samples += 1;
-        let Some(value) = value else { continue };
-        if pttl < 0 || pttl > TTL.as_millis() as i64 {
-            report.bad_ttls.push(format!("{} with PTTL {pttl}", String::from_utf8_lossy(&value)));
+        let ttl = TTL.as_millis() as i64;
+        for (value, left, pttl) in holders {
+            if !(0..=ttl).contains(&left) || !(0..=ttl).contains(&pttl) {
+                report
+                    .bad_ttls
+                    .push(format!("{} with {left} ms left and PTTL {pttl}", String::from_utf8_lossy(&value)));
+            }
+            let pid = std::str::from_utf8(&value).ok().and_then(|v| v.split(' ').nth(2)?.parse().ok());
+            report.sightings.entry(value).or_insert(Sighting { first: now, last: now, pid }).last = now;
         }
-        let pid = std::str::from_utf8(&value).ok().and_then(|v| v.split(' ').nth(2)?.parse().ok());
-        report.sightings.entry(value).or_insert(Sighting { first: now, last: now, pid }).last = now;
     }
     report
 }
@@ -430,17 +638,23 @@ fn inject(
         }
         Disruption::RedisRestart => redis.restart_empty(),
         Disruption::KeyDeleted => {
-            redis.cmd::<i64>(&[b"DEL", KEY.as_bytes()]);
+            for key in &shared.keys {
+                redis.cmd::<i64>(&[b"DEL", key.as_bytes()]);
+            }
         }
         Disruption::KeyExpired => {
-            redis.cmd::<i64>(&[b"PEXPIRE", KEY.as_bytes(), b"1"]);
+            for key in &shared.keys {
+                redis.cmd::<i64>(&[b"PEXPIRE", key.as_bytes(), b"1"]);
+            }
         }
         Disruption::KeyForceReleased => {
-            let r = run(
-                Command::new(BIN).args(["release", "--key", KEY, "--force", "--redis-url", &redis.url()]),
-                LIMIT,
-            );
-            assert!(r.code == 0 || r.code == 1, "release --force: {} {}", r.code, r.stderr);
+            for key in &shared.keys {
+                let r = run(
+                    Command::new(BIN).args(["release", "--key", key, "--force", "--redis-url", &redis.url()]),
+                    LIMIT,
+                );
+                assert!(r.code == 0 || r.code == 1, "release --force: {} {}", r.code, r.stderr);
+            }
         }
     }
     // A data-loss fault takes effect when it is complete (a restart can take a while on a
@@ -462,9 +676,9 @@ fn inject(
     }
 }
 
-/// One soak phase: `faults` in turn (every one at least once, then on until the budget is
-/// spent), five wrappers looping meanwhile; returns everything observed.
-fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
+/// One soak phase: its faults in turn (every one at least once, then on until the budget is
+/// spent), its wrappers looping meanwhile; returns everything observed.
+fn soak(phase: &Phase) -> SoakOutcome {
     let _turn = lock(&SOAK);
     let budget = phase_budget();
     let seed = Rng::seed_from_env("SOAK_SEED");
@@ -477,9 +691,11 @@ fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
     let warm = run(redlock_at(&proxy.url()).args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
 
+    let keys = phase.keys();
     let shared = Arc::new(Shared {
         dir: dir.path().to_owned(),
         proxy_url: proxy.url(),
+        keys: keys.clone(),
         oracle: oracle.path().to_owned(),
         stop: AtomicBool::new(false),
         want_long_hold: AtomicBool::new(false),
@@ -489,26 +705,31 @@ fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
     let guard = StopOnDrop(Arc::clone(&shared));
     let monitor_stop = Arc::new(AtomicBool::new(false));
     let monitor_thread = {
-        let (port, stop) = (redis.port, Arc::clone(&monitor_stop));
-        std::thread::spawn(move || monitor(port, &stop))
+        let (port, stop, keys) = (redis.port, Arc::clone(&monitor_stop), keys.clone());
+        std::thread::spawn(move || monitor(port, &keys, &stop))
     };
-    let loops: Vec<JoinHandle<()>> = (0..WRAPPERS)
-        .map(|n| {
+    let loops: Vec<JoinHandle<()>> = phase
+        .loops
+        .iter()
+        .enumerate()
+        .map(|(n, &runs)| {
             let shared = Arc::clone(&shared);
             let rng = Rng::new(seed ^ (n as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
-            std::thread::spawn(move || wrapper_loop(n, &shared, rng))
+            std::thread::spawn(move || wrapper_loop(n, runs, &shared, rng))
         })
         .collect();
 
+    let faults = phase.faults;
     let started = Instant::now();
-    let mut injected = Vec::new();
+    let mut injected: Vec<Injected> = Vec::new();
     let mut next = 0;
     while next < faults.len() || started.elapsed() < budget {
         let fault = faults[next % faults.len()];
         next += 1;
         // Data-loss faults get a longer pause after them, so that any overlap they cause (a
         // waiter retries at the holder's PTTL, up to 2 s later) starts before the next fault.
-        let gap = if fault.loses_data() { rng.millis(2200, 2600) } else { rng.millis(400, 800) };
+        let after_loss = injected.last().is_some_and(|f| f.fault.loses_data());
+        let gap = if after_loss { rng.millis(2200, 2600) } else { rng.millis(400, 800) };
         std::thread::sleep(gap);
         injected.push(inject(fault, &mut redis, &proxy, &shared, &oracle, &mut rng));
     }
@@ -523,14 +744,16 @@ fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
     let drained = started.elapsed() - soaked;
     drop(guard);
     let last_exit = Instant::now();
-    let lock_gone = wait_until(TTL + SLACK, || !redis.exists(KEY.as_bytes()));
+    let lock_gone = wait_until(TTL + SLACK, || keys.iter().all(|k| !redis.exists(k.as_bytes())));
     let lock_gone_after = last_exit.elapsed();
     monitor_stop.store(true, Ordering::SeqCst);
     let monitored = monitor_thread.join().expect("monitor");
     let report = oracle.report();
     let runs = std::mem::take(&mut *lock(&shared.runs));
     let outcome = SoakOutcome {
-        phase: phase.to_owned(),
+        phase: phase.name,
+        wrappers: phase.loops.len(),
+        keys,
         seed,
         soaked,
         drained,
@@ -551,7 +774,9 @@ fn soak(phase: &str, faults: &[Disruption]) -> SoakOutcome {
 }
 
 struct SoakOutcome {
-    phase: String,
+    phase: &'static str,
+    wrappers: usize,
+    keys: Vec<&'static str>,
     seed: u64,
     soaked: Duration,
     drained: Duration,
@@ -605,13 +830,25 @@ impl SoakOutcome {
         }
         let r = &self.report;
         let killed = r.stays.iter().filter(|s| !s.finished).count();
+        let resources: Vec<String> = r
+            .resources
+            .iter()
+            .map(|(key, k)| {
+                let kinds: Vec<String> =
+                    k.kinds.iter().map(|(kind, n)| format!("{n} {}", kind.name())).collect();
+                let shared =
+                    if k.peak_shared > 0 { format!(" ({} shared)", k.peak_shared) } else { String::new() };
+                format!("{key}: {} stays, peak {} at once{shared}", kinds.join(" + "), k.peak)
+            })
+            .collect();
         eprintln!(
-            "\n[soak: {}] {:.1} s (+{:.1} s draining), seed {} (SOAK_SEED), {WRAPPERS} wrappers, \
+            "\n[soak: {}] {:.1} s (+{:.1} s draining), seed {} (SOAK_SEED), {} wrappers on {}, \
              ttl {}, renew every {}, kill grace {}\n  \
              runs: {} by exit status {:?}\n  \
              faults injected: {}: {}; {} had to stop a command\n  \
-             commands: {} entered, {} stopped before the end of their work, peak {} at once\n  \
-             overlaps (a command still present when another entered, until it left): {}, max {} ms; \
+             commands: {} entered, {} stopped before the end of their work, peak {} at once on a key\n  \
+             by key: {}\n  \
+             overlaps (a command present when its key went beyond what its kind allows): {}, max {} ms; \
              by cause (count, max ms): {:?}\n  \
              writes: {} accepted, {} stale rejected, {} stale accepted, {} fences reused\n  \
              leftovers: {} orphaned groups, {} locks outliving their owner by more than the ttl, \
@@ -620,6 +857,8 @@ impl SoakOutcome {
             self.soaked.as_secs_f64(),
             self.drained.as_secs_f64(),
             self.seed,
+            self.wrappers,
+            self.keys.join(" and "),
             ms(TTL),
             ms(RENEW_EVERY),
             ms(KILL_GRACE),
@@ -631,6 +870,7 @@ impl SoakOutcome {
             r.stays.len(),
             killed,
             r.peak_holders,
+            resources.join("; "),
             r.overlaps.len(),
             self.max_overlap().as_millis(),
             by_cause,
@@ -711,6 +951,9 @@ impl SoakOutcome {
         assert!(leftovers.is_empty(), "locks left behind: {leftovers:?}; {ctx}");
         assert!(self.lock_gone, "the lock was still there {TTL:?} after the last wrapper; {ctx}");
         let r = &self.report;
+        for (key, k) in &r.resources {
+            assert_eq!(k.kind_conflicts, 0, "{key} was held by kinds that do not go together: {k:?}; {ctx}");
+        }
         assert_eq!(r.fence_reused, 0, "two acquisitions had the same fence; {ctx}");
         assert_eq!(r.stale_accepted, 0, "a stale write got through the fence check; {ctx}");
         // Only a command that a newer one overlapped ever has a write rejected: the fence never
@@ -736,6 +979,47 @@ impl SoakOutcome {
         assert!(completed >= 8, "only {completed} runs completed: {:?}; {ctx}", self.statuses());
         assert!(self.monitored.samples >= 100, "the monitor sampled {} times", self.monitored.samples);
     }
+
+    /// After faults that lose the lock's state, holders may go beyond what their kind allows,
+    /// but each overlap follows such a fault and is bounded (the old holder is stopped at its
+    /// next renewal, or as soon as its paused wrapper runs again), the newer holders have
+    /// higher fences than the one they overlapped (`in_order`: and rising in the order they
+    /// entered, as exclusive holders one after the other do), and the fence check refuses the
+    /// older one's writes.
+    fn check_overlaps_after_data_loss(&self, in_order: bool) {
+        let ctx = self.context();
+        let bound = RENEW_EVERY + KILL_GRACE + SLACK;
+        for o in &self.report.overlaps {
+            let cause = self.cause(o);
+            assert!(cause.is_some_and(|f| f.fault.loses_data()), "overlap {o:?} after {cause:?}; {ctx}");
+            let cause = cause.expect("checked above");
+            let newer_higher = if in_order {
+                o.fences.windows(2).all(|w| w[0] < w[1])
+            } else {
+                o.fences[1..].iter().all(|&f| f > o.fences[0])
+            };
+            assert!(newer_higher, "a newer holder had a lower fence: {o:?}; {ctx}");
+            match cause.paused {
+                // The paused holder runs on until its wrapper wakes, then is stopped at once.
+                Some((_, resumed)) => assert!(
+                    o.end <= resumed + SLACK,
+                    "overlap ended {} ms after the wrapper was continued: {o:?}; {ctx}",
+                    (o.end - resumed).as_millis()
+                ),
+                None => assert!(
+                    o.duration() <= bound,
+                    "overlap of {} ms after {}, more than renew-every + kill-grace + {} ms: {o:?}; {ctx}",
+                    o.duration().as_millis(),
+                    cause.fault.name(),
+                    SLACK.as_millis()
+                ),
+            }
+            // The older holder writes every 100 ms while it lasts, and each of those is refused.
+            if o.duration() > oracle::WRITE_EVERY * 2 {
+                assert!(o.rejected >= 1, "no stale write was rejected during {o:?}; {ctx}");
+            }
+        }
+    }
 }
 
 impl Drop for SoakOutcome {
@@ -753,7 +1037,7 @@ impl Drop for SoakOutcome {
 /// leaving nothing behind.
 #[test]
 fn soak_without_data_loss_faults_never_overlaps() {
-    let outcome = soak("no data-loss faults", &SAFE_FAULTS);
+    let outcome = soak(&Phase { name: "no data-loss faults", faults: &SAFE_FAULTS, loops: &ONE_KEY });
     let ctx = outcome.context();
     let r = &outcome.report;
     assert!(r.overlaps.is_empty(), "overlapping holders: {:?}; {ctx}", r.overlaps);
@@ -769,36 +1053,44 @@ fn soak_without_data_loss_faults_never_overlaps() {
 /// fence check rejects every write of the older one; and (3) as above.
 #[test]
 fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
-    let outcome = soak("data-loss faults", &DATA_LOSS_FAULTS);
+    let outcome = soak(&Phase { name: "data-loss faults", faults: &DATA_LOSS_FAULTS, loops: &ONE_KEY });
     let ctx = outcome.context();
-    let bound = RENEW_EVERY + KILL_GRACE + SLACK;
-    for o in &outcome.report.overlaps {
-        let cause = outcome.cause(o);
-        assert!(cause.is_some_and(|f| f.fault.loses_data()), "overlap {o:?} after {cause:?}; {ctx}");
-        let cause = cause.expect("checked above");
-        assert!(o.fences.windows(2).all(|w| w[0] < w[1]), "a newer holder had a lower fence: {o:?}; {ctx}");
-        match cause.paused {
-            // The paused holder runs on until its wrapper wakes, then is stopped at once.
-            Some((_, resumed)) => assert!(
-                o.end <= resumed + SLACK,
-                "overlap ended {} ms after the wrapper was continued: {o:?}; {ctx}",
-                (o.end - resumed).as_millis()
-            ),
-            None => assert!(
-                o.duration() <= bound,
-                "overlap of {} ms after {}, more than renew-every + kill-grace + {} ms: {o:?}; {ctx}",
-                o.duration().as_millis(),
-                cause.fault.name(),
-                SLACK.as_millis()
-            ),
-        }
-        // The older holder writes every 100 ms while it lasts, and each of those is refused.
-        if o.duration() > oracle::WRITE_EVERY * 2 {
-            assert!(o.rejected >= 1, "no stale write was rejected during {o:?}; {ctx}");
-        }
-    }
+    outcome.check_overlaps_after_data_loss(true);
     assert!(
         !outcome.report.overlaps.is_empty(),
         "no data-loss fault produced an overlap, so nothing was measured; {ctx}"
     );
+}
+
+/// (6) The kinds of lock, under faults of both sorts: four wrappers loop on a `--limit 3` key,
+/// four on a key of `--shared` runs with one in three exclusive. The oracle plays a fenced
+/// resource per key that knows the kind (tests/support/oracle.rs): never more than three
+/// holders of the semaphore, never an exclusive holder beside another of the other key, except
+/// after a fault that loses the holders' state (Redis restarted empty, the keys force-released,
+/// a holder's wrapper paused past its lease), and then bounded as the exclusive lock's
+/// overlaps are, with the fresher holders' fences higher and the older holders' writes refused;
+/// no fence used twice on a key; and (3) as above.
+#[test]
+fn soak_with_lock_kinds_never_exceeds_their_holders_outside_data_loss() {
+    let outcome = soak(&Phase { name: "lock kinds", faults: &KIND_FAULTS, loops: &KIND_LOOPS });
+    let ctx = outcome.context();
+    let r = &outcome.report;
+    // The checks meant something: the semaphore was full, readers held together, and writers
+    // held between them.
+    let semaphore = &r.resources[LIMIT_KEY];
+    assert!(semaphore.peak >= PERMITS, "the {PERMITS} permits were never all taken: {semaphore:?}; {ctx}");
+    let rw = &r.resources[RW_KEY];
+    assert!(rw.peak_shared >= 2, "shared holders never held together: {rw:?}; {ctx}");
+    assert!(
+        rw.kinds.get(&Kind::Exclusive).is_some_and(|&n| n >= 2),
+        "too few exclusive holders: {rw:?}; {ctx}"
+    );
+    // More holders than the kind allows only in an overlap, and overlaps only after data loss.
+    let beyond = |key: &str| r.overlaps.iter().any(|o| o.resource == key);
+    assert!(
+        semaphore.peak <= PERMITS || beyond(LIMIT_KEY),
+        "{} holders of --limit {PERMITS} at once and no overlap recorded: {semaphore:?}; {ctx}",
+        semaphore.peak
+    );
+    outcome.check_overlaps_after_data_loss(false);
 }
