@@ -351,7 +351,7 @@ fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 60, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 45, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn the_queue_serves_live_waiters_in_arrival_order_within_each_kind_s_limit(
