@@ -21,8 +21,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
 
     $completions = @(switch ($command) {
         'redlock-run' {
-            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
             [CompletionResult]::new('-t', '-t', [CompletionResultType]::ParameterName, 'Lease length: how long the lock lives unrenewed')
             [CompletionResult]::new('--ttl', '--ttl', [CompletionResultType]::ParameterName, 'Lease length: how long the lock lives unrenewed')
             [CompletionResult]::new('--busy-exit-code', '--busy-exit-code', [CompletionResultType]::ParameterName, 'Exit status when the lock is busy (like flock -E)')
@@ -65,8 +65,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             break
         }
         'redlock-run;status' {
-            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
             [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis URL: redis://, rediss:// (TLS), unix://')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from this file')
             [CompletionResult]::new('--tls-ca-file', '--tls-ca-file', [CompletionResultType]::ParameterName, 'CA certificates (PEM) to verify the server with')
@@ -89,8 +89,8 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             break
         }
         'redlock-run;release' {
-            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key, used verbatim')
+            [CompletionResult]::new('-k', '-k', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Lock key; repeat to hold several, all or none')
             [CompletionResult]::new('--holder', '--holder', [CompletionResultType]::ParameterName, 'Drop only the holder whose token starts with this')
             [CompletionResult]::new('--redis-url', '--redis-url', [CompletionResultType]::ParameterName, 'Redis URL: redis://, rediss:// (TLS), unix://')
             [CompletionResult]::new('--password-file', '--password-file', [CompletionResultType]::ParameterName, 'Read the Redis password from this file')

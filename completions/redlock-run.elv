@@ -18,8 +18,8 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
     }
     var completions = [
         &'redlock-run'= {
-            cand -k 'Lock key, used verbatim'
-            cand --key 'Lock key, used verbatim'
+            cand -k 'Lock key; repeat to hold several, all or none'
+            cand --key 'Lock key; repeat to hold several, all or none'
             cand -t 'Lease length: how long the lock lives unrenewed'
             cand --ttl 'Lease length: how long the lock lives unrenewed'
             cand --busy-exit-code 'Exit status when the lock is busy (like flock -E)'
@@ -61,8 +61,8 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand release 'Delete a stuck lock (operator override)'
         }
         &'redlock-run;status'= {
-            cand -k 'Lock key, used verbatim'
-            cand --key 'Lock key, used verbatim'
+            cand -k 'Lock key; repeat to hold several, all or none'
+            cand --key 'Lock key; repeat to hold several, all or none'
             cand --redis-url 'Redis URL: redis://, rediss:// (TLS), unix://'
             cand --password-file 'Read the Redis password from this file'
             cand --tls-ca-file 'CA certificates (PEM) to verify the server with'
@@ -84,8 +84,8 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
         }
         &'redlock-run;release'= {
-            cand -k 'Lock key, used verbatim'
-            cand --key 'Lock key, used verbatim'
+            cand -k 'Lock key; repeat to hold several, all or none'
+            cand --key 'Lock key; repeat to hold several, all or none'
             cand --holder 'Drop only the holder whose token starts with this'
             cand --redis-url 'Redis URL: redis://, rediss:// (TLS), unix://'
             cand --password-file 'Read the Redis password from this file'

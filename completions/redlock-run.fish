@@ -104,7 +104,7 @@ complete -c redlock-run -n '__redlock_run_at command' -xa '(__redlock_run_comman
 complete -c redlock-run -n '__redlock_run_at top' -xa '(__redlock_run_programs)'
 complete -c redlock-run -n '__redlock_run_first_word' -xa status -d 'Show who holds the lock; exit 0 when held, 1 when free'
 complete -c redlock-run -n '__redlock_run_first_word' -xa release -d 'Delete a stuck lock (operator override)'
-complete -c redlock-run -n '__redlock_run_at top' -s k -l key -d 'Lock key, used verbatim' -x
+complete -c redlock-run -n '__redlock_run_at top' -s k -l key -d 'Lock key; repeat to hold several, all or none' -x
 complete -c redlock-run -n '__redlock_run_at top' -s t -l ttl -d 'Lease length: how long the lock lives unrenewed' -x
 complete -c redlock-run -n '__redlock_run_at top' -l busy-exit-code -d 'Exit status when the lock is busy (like flock -E)' -x
 complete -c redlock-run -n '__redlock_run_at top' -l limit -d 'Admit up to N holders at once (a semaphore)' -x
@@ -138,7 +138,7 @@ complete -c redlock-run -n '__redlock_run_at top' -l log-format -d 'Format of th
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at top' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at top' -s V -l version -d 'Print version'
-complete -c redlock-run -n '__redlock_run_at status' -s k -l key -d 'Lock key, used verbatim' -x
+complete -c redlock-run -n '__redlock_run_at status' -s k -l key -d 'Lock key; repeat to hold several, all or none' -x
 complete -c redlock-run -n '__redlock_run_at status' -l json -d 'Print one JSON object instead of text'
 complete -c redlock-run -n '__redlock_run_at status' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
 complete -c redlock-run -n '__redlock_run_at status' -l password-file -d 'Read the Redis password from this file' -rF
@@ -156,7 +156,7 @@ complete -c redlock-run -n '__redlock_run_at status' -s q -l quiet -d 'Only erro
 complete -c redlock-run -n '__redlock_run_at status' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'redlock-run: level: message field=value …'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
 complete -c redlock-run -n '__redlock_run_at status' -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key, used verbatim' -x
+complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key; repeat to hold several, all or none' -x
 complete -c redlock-run -n '__redlock_run_at release' -l force -d 'Required: a forced release can let two runs overlap'
 complete -c redlock-run -n '__redlock_run_at release' -l holder -d 'Drop only the holder whose token starts with this' -x
 complete -c redlock-run -n '__redlock_run_at release' -l json -d 'Print one JSON object instead of text'

@@ -25,7 +25,8 @@ const ABANDON_LIMIT: Duration = Duration::from_millis(300);
 /// How the wait for the lock ended, when it did not end in an error.
 pub enum Outcome {
     Acquired {
-        fence: i64,
+        /// The fence of each key, in the order given.
+        fences: Vec<i64>,
         lease: Lease,
         /// This run's place in the queue when it joined (1 = next), if it had to queue.
         queue_position: Option<u64>,
@@ -73,10 +74,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
         };
         let now = Instant::now();
         let fault = match attempt {
-            Ok(Acquired::Yes { fence, lease })
+            Ok(Acquired::Yes { fences, lease })
                 if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
             {
-                return Ok(Outcome::Acquired { fence, lease, queue_position });
+                return Ok(Outcome::Acquired { fences, lease, queue_position });
             }
             Ok(Acquired::Yes { .. }) => {
                 let _ = lock.release(Duration::ZERO, false).await;
@@ -212,7 +213,12 @@ async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
 /// admit this run, with runs queued for it first, is busy too for those that did not queue.
 fn busy(config: &Config, found: &Acquired) -> Error {
     let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
-    let name = show_key(&config.key);
+    // The key that held the run off (one of several: the first that did).
+    let at = match found {
+        Acquired::Busy { key, .. } | Acquired::Queued { key, .. } => *key,
+        _ => 0,
+    };
+    let name = show_key(config.keys.get(at).unwrap_or(&config.key));
     let describe = |value: &[u8]| Holder::parse(value).map(|h| (h.describe(), h.kind));
     let (pttl, holder, holding, same_id) = match found {
         Acquired::Busy { pttl, holder, holding, same_id, .. } => (*pttl, holder, *holding, *same_id),

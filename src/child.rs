@@ -21,16 +21,23 @@ pub mod vars {
     pub const TOKEN: &str = "REDLOCK_TOKEN";
     pub const FENCE: &str = "REDLOCK_FENCE";
     pub const TTL_MS: &str = "REDLOCK_TTL_MS";
+    /// Every key, and every key's fence, in the order given, separated by spaces.
+    pub const KEYS: &str = "REDLOCK_KEYS";
+    pub const FENCES: &str = "REDLOCK_FENCES";
     #[cfg(test)]
-    pub const ALL: [&str; 4] = [KEY, TOKEN, FENCE, TTL_MS];
+    pub const ALL: [&str; 6] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES];
 }
 
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
+    /// The first key, and every key separated by spaces.
     pub key: OsString,
-    /// The stored value and the fence; absent for a run without a lock (`--fail-open`).
+    pub keys: OsString,
+    /// The stored value and the fences (the first key's, and every key's separated by spaces);
+    /// absent for a run without a lock (`--fail-open`).
     pub token: Option<String>,
     pub fence: Option<String>,
+    pub fences: Option<String>,
     pub ttl_ms: u64,
     /// Start the command with PR_SET_NO_NEW_PRIVS (`--no-new-privs`).
     pub no_new_privs: bool,
@@ -77,11 +84,11 @@ impl Child {
         for name in crate::config::WRAPPER_VARIABLES {
             cmd.env_remove(name);
         }
-        cmd.env(vars::KEY, &env.key).env(vars::TTL_MS, env.ttl_ms.to_string());
+        cmd.env(vars::KEY, &env.key).env(vars::KEYS, &env.keys).env(vars::TTL_MS, env.ttl_ms.to_string());
         // An outer wrapper's lock is not this command's.
-        cmd.env_remove(vars::TOKEN).env_remove(vars::FENCE);
-        if let (Some(token), Some(fence)) = (&env.token, &env.fence) {
-            cmd.env(vars::TOKEN, token).env(vars::FENCE, fence);
+        cmd.env_remove(vars::TOKEN).env_remove(vars::FENCE).env_remove(vars::FENCES);
+        if let (Some(token), Some(fence), Some(fences)) = (&env.token, &env.fence, &env.fences) {
+            cmd.env(vars::TOKEN, token).env(vars::FENCE, fence).env(vars::FENCES, fences);
         }
 
         let foreground = sys::foreground_terminal();

@@ -28,6 +28,7 @@ Examples:
   redlock-run -k lock:deploy -t 5m --wait 20m --redis-url redis://redis.internal:6379 -- make deploy
   redlock-run --key lock:backup --limit 2 --wait 1h -- /opt/backup/run
   redlock-run --key lock:env:staging --shared --wait 30m -- ./run-tests.sh
+  redlock-run --key lock:db:orders --key lock:cache:orders --wait 30m -- ./migrate.sh
   redlock-run status --key lock:settlement:daily
   redlock-run release --key lock:settlement:daily --force";
 
@@ -40,7 +41,7 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("REDLOCK_RUN_BUILD
 /// The lock is taken with `SET key value NX PX ttl`, renewed while the command runs, and
 /// released (compare-and-delete) when it ends. The command is run directly (no shell), in its
 /// own process group, with REDLOCK_LOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE and REDLOCK_TTL_MS in its
-/// environment.
+/// environment (and REDLOCK_KEYS and REDLOCK_FENCES, for one key or several).
 #[derive(Debug, Parser)]
 #[command(
     name = "redlock-run",
@@ -371,9 +372,11 @@ pub struct ReleaseArgs {
 /// `--key`, the same for a run and for `status` and `release`.
 #[derive(Debug, Args)]
 pub struct KeyArg {
-    /// Lock key, used verbatim
+    /// Lock key; repeat to hold several, all or none
     ///
-    /// Any bytes the shell can pass, up to 64 KiB.
+    /// Used verbatim: any bytes the shell can pass, up to 64 KiB. Given several times, the run holds every key
+    /// or none, taken together (no order to get wrong, nothing to deadlock); the first key is
+    /// the one REDLOCK_LOCK_KEY, REDLOCK_FENCE and --idempotency-key are about.
     // Required; a subcommand lifts the requirement at the top level (`subcommand_negates_reqs`)
     // and has its own.
     #[arg(
@@ -383,9 +386,10 @@ pub struct KeyArg {
         env = "REDLOCK_KEY",
         value_name = "KEY",
         required = true,
+        action = ArgAction::Append,
         help_heading = "Lock"
     )]
-    pub value: Option<OsString>,
+    pub value: Vec<OsString>,
 }
 
 /// Where Redis is, how to reach it safely, and how long to wait for it.

@@ -164,13 +164,15 @@ impl Tls {
 pub enum Invocation {
     Run(Config),
     Status {
-        key: Vec<u8>,
+        /// Every key given, in order.
+        keys: Vec<Vec<u8>>,
         json: bool,
         redis: RedisConfig,
         output: Output,
     },
     Release {
-        key: Vec<u8>,
+        /// Every key given, in order.
+        keys: Vec<Vec<u8>>,
         /// `--holder`: drop only the holder whose token starts with this.
         holder: Option<String>,
         json: bool,
@@ -187,7 +189,7 @@ impl Invocation {
         match cli.action {
             None => Config::from_cli(cli).map(Invocation::Run),
             Some(Action::Status(a)) => Ok(Invocation::Status {
-                key: key(&a.key)?,
+                keys: keys(&a.key)?,
                 json: a.json,
                 redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                 output: output(&a.output),
@@ -210,7 +212,7 @@ impl Invocation {
                     )));
                 }
                 Ok(Invocation::Release {
-                    key: key(&a.key)?,
+                    keys: keys(&a.key)?,
                     holder: a.holder.map(|p| p.to_ascii_lowercase()),
                     json: a.json,
                     redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
@@ -220,11 +222,11 @@ impl Invocation {
         }
     }
 
-    /// The lock key the invocation is about.
+    /// The (first) lock key the invocation is about.
     pub fn key(&self) -> &[u8] {
         match self {
             Invocation::Run(c) => &c.key,
-            Invocation::Status { key, .. } | Invocation::Release { key, .. } => key,
+            Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => &keys[0],
         }
     }
 
@@ -278,20 +280,41 @@ pub const WRAPPER_VARIABLES: [&str; 30] = [
 /// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
 
-/// `--key` (clap has made sure that it is there).
-fn key(arg: &KeyArg) -> Result<Vec<u8>, Error> {
-    let raw = arg.value.as_ref().ok_or_else(|| usage("--key is required"))?;
-    if raw.is_empty() {
-        return Err(usage("--key must not be empty"));
+/// `--key`, once or more (clap has made sure that it is there), in the order given.
+fn keys(arg: &KeyArg) -> Result<Vec<Vec<u8>>, Error> {
+    if arg.value.is_empty() {
+        return Err(usage("--key is required"));
     }
-    if raw.len() > MAX_KEY_LEN {
+    let mut keys: Vec<Vec<u8>> = Vec::with_capacity(arg.value.len());
+    for raw in &arg.value {
+        let raw = raw.as_bytes();
+        if raw.is_empty() {
+            return Err(usage("--key must not be empty"));
+        }
+        if keys.iter().any(|k| k == raw) {
+            return Err(usage(format!(
+                "--key {} is given more than once; each key is held once",
+                crate::lock::show_key(raw)
+            )));
+        }
+        if arg.value.len() > 1 && raw.iter().any(u8::is_ascii_whitespace) {
+            return Err(usage(format!(
+                "--key {} contains whitespace: with several keys, the command gets them separated by \
+                 spaces (REDLOCK_KEYS), so none may contain any",
+                crate::lock::show_key(raw)
+            )));
+        }
+        keys.push(raw.to_vec());
+    }
+    let total = keys.iter().map(|k| k.len() + 1).sum::<usize>() - 1;
+    if total > MAX_KEY_LEN {
         return Err(usage(format!(
-            "--key is {} bytes long; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the command's \
-             environment can hold it as REDLOCK_LOCK_KEY",
-            raw.len()
+            "--key is {total} bytes long{}; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the \
+             command's environment can hold it as REDLOCK_LOCK_KEY and REDLOCK_KEYS",
+            if keys.len() > 1 { " in all" } else { "" }
         )));
     }
-    Ok(raw.as_bytes().to_vec())
+    Ok(keys)
 }
 
 fn output(args: &OutputArgs) -> Output {
@@ -469,8 +492,10 @@ pub struct Idempotency {
 /// A run, validated: every duration parsed and the lease arithmetic checked.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The lock key, as bytes (`--key`; at most `MAX_KEY_LEN`).
+    /// The (first) lock key, as bytes (`--key`; at most `MAX_KEY_LEN`).
     pub key: Vec<u8>,
+    /// Every lock key, the first included, in the order given (`--key`, repeated).
+    pub keys: Vec<Vec<u8>>,
     /// The lease length, whole milliseconds, as sent to Redis (`--ttl`).
     pub ttl: Duration,
     /// How long to wait for a busy lock; zero fails at once (`--wait`).
@@ -508,7 +533,8 @@ pub struct Config {
 
 impl Config {
     fn from_cli(cli: Cli) -> Result<Self, Error> {
-        let key = key(&cli.key)?;
+        let keys = keys(&cli.key)?;
+        let key = keys[0].clone();
         let ttl = duration("--ttl", &cli.ttl)?;
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
         let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
@@ -604,6 +630,7 @@ impl Config {
 
         Ok(Config {
             key,
+            keys,
             ttl,
             wait,
             fail_open: cli.fail_open,

@@ -60,9 +60,11 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match invocation {
             config::Invocation::Run(config) => run::run(config).await,
-            config::Invocation::Status { key, json, redis, .. } => operator::status(&key, json, &redis).await,
-            config::Invocation::Release { key, holder, json, redis, .. } => {
-                operator::release(&key, holder.as_deref(), json, &redis).await
+            config::Invocation::Status { keys, json, redis, .. } => {
+                operator::status(&keys, json, &redis).await
+            }
+            config::Invocation::Release { keys, holder, json, redis, .. } => {
+                operator::release(&keys, holder.as_deref(), json, &redis).await
             }
         }
     });

@@ -15,7 +15,44 @@ const FREE: u8 = 1;
 /// only when a field changes meaning or goes away.
 const JSON_VERSION: u32 = 1;
 
-pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
+/// `status` of one key or several: 0 when every key is held, 1 when one is free.
+pub async fn status(keys: &[Vec<u8>], json: bool, redis: &RedisConfig) -> Result<u8, Error> {
+    let mut outs = Vec::new();
+    let mut unknown = None;
+    let mut all_held = true;
+    for key in keys {
+        let (state, out, unreachable) = status_of(key, json, redis).await?;
+        all_held &= state == Some(true);
+        if state.is_none() {
+            unknown.get_or_insert_with(|| {
+                Error::Unavailable(format!(
+                    "lock {}: whether a majority holds it is unknown ({unreachable} node(s) unreachable)",
+                    show_key(key)
+                ))
+            });
+        }
+        outs.push(out);
+    }
+    let out = match outs.len() {
+        1 if json => format!("{}\n", outs.remove(0)),
+        1 => outs.remove(0).as_str().unwrap_or_default().to_owned(),
+        _ if json => format!("{}\n", serde_json::json!({ "version": JSON_VERSION, "keys": outs })),
+        _ => outs.iter().filter_map(|o| o.as_str()).collect::<Vec<_>>().concat(),
+    };
+    print_out(&out)?;
+    if let Some(e) = unknown {
+        return Err(e);
+    }
+    Ok(if all_held { 0 } else { FREE })
+}
+
+/// One key's status: whether it is held (`None`: unknown, with nodes unreachable), what to
+/// print (the JSON object, or the text as a JSON string), and how many nodes did not answer.
+async fn status_of(
+    key: &[u8],
+    json: bool,
+    redis: &RedisConfig,
+) -> Result<(Option<bool>, serde_json::Value, usize), Error> {
     let keys = Keys::new(key);
     let nodes = redis.nodes();
     let mut unreachable = 0;
@@ -66,9 +103,8 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
     } else {
         Some(false)
     };
-    let held = state == Some(true);
     let out = match (json, values.len()) {
-        (true, 1) => format!("{}\n", values.remove(0).1),
+        (true, 1) => values.remove(0).1,
         (true, _) => {
             let nodes: Vec<_> = values
                 .into_iter()
@@ -77,7 +113,7 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
                     v
                 })
                 .collect();
-            let all = serde_json::json!({
+            serde_json::json!({
                 "version": JSON_VERSION,
                 "key": String::from_utf8_lossy(key),
                 "held": state,
@@ -85,11 +121,10 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
                 "quorum": quorum,
                 "unreachable": unreachable,
                 "nodes": nodes,
-            });
-            format!("{all}\n")
+            })
         }
-        (false, 1) => texts.remove(0),
-        (false, n) => format!(
+        (false, 1) => serde_json::Value::String(texts.remove(0)),
+        (false, n) => serde_json::Value::String(format!(
             "lock {}: {} ({held_on} of {n} nodes hold it, {quorum} needed{})\n{}",
             show_key(key),
             match state {
@@ -99,16 +134,9 @@ pub async fn status(key: &[u8], json: bool, redis: &RedisConfig) -> Result<u8, E
             },
             if unreachable > 0 { format!(", {unreachable} unreachable") } else { String::new() },
             texts.concat()
-        ),
+        )),
     };
-    print_out(&out)?;
-    if state.is_none() {
-        return Err(Error::Unavailable(format!(
-            "lock {}: whether a majority holds it is unknown ({unreachable} node(s) unreachable)",
-            show_key(key)
-        )));
-    }
-    Ok(if held { 0 } else { FREE })
+    Ok((state, out, unreachable))
 }
 
 /// A holder as both subcommands' JSON shows it.
@@ -291,7 +319,39 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
     (text, serde_json::Value::Null, held)
 }
 
-pub async fn release(key: &[u8], prefix: Option<&str>, json: bool, redis: &RedisConfig) -> Result<u8, Error> {
+/// `release --force` of one key or several: 0 when something was released, 1 when nothing
+/// was held (or matched `--holder`).
+pub async fn release(
+    keys: &[Vec<u8>],
+    prefix: Option<&str>,
+    json: bool,
+    redis: &RedisConfig,
+) -> Result<u8, Error> {
+    let mut outs = Vec::new();
+    let mut any = false;
+    for key in keys {
+        let (released, out) = release_of(key, prefix, json, redis).await?;
+        any |= released;
+        outs.push(out);
+    }
+    let out = match outs.len() {
+        1 if json => format!("{}\n", outs.remove(0)),
+        1 => outs.remove(0).as_str().unwrap_or_default().to_owned(),
+        _ if json => format!("{}\n", serde_json::json!({ "version": JSON_VERSION, "keys": outs })),
+        _ => outs.iter().filter_map(|o| o.as_str()).collect::<Vec<_>>().concat(),
+    };
+    print_out(&out)?;
+    Ok(if any { 0 } else { FREE })
+}
+
+/// One key's forced release: whether something was released, and what to print (the JSON
+/// object, or the text as a JSON string).
+async fn release_of(
+    key: &[u8],
+    prefix: Option<&str>,
+    json: bool,
+    redis: &RedisConfig,
+) -> Result<(bool, serde_json::Value), Error> {
     let keys = Keys::new(key);
     let name = show_key(key);
     let mut released: Vec<Vec<u8>> = Vec::new();
@@ -333,6 +393,9 @@ pub async fn release(key: &[u8], prefix: Option<&str>, json: bool, redis: &Redis
         )));
     }
     let holders: Vec<Option<Holder>> = released.iter().map(|value| Holder::parse(value)).collect();
+    if !holders.is_empty() {
+        tracing::warn!(key = %key.escape_ascii(), holders = holders.len(), "released by force");
+    }
     if json {
         let all: Vec<_> = holders.iter().flatten().map(holder_json).collect();
         let out = serde_json::json!({
@@ -344,21 +407,14 @@ pub async fn release(key: &[u8], prefix: Option<&str>, json: bool, redis: &Redis
             "foreign_value": holders.iter().any(Option::is_none),
             "nodes_failed": failed.len(),
         });
-        print_out(&format!("{out}\n"))?;
+        return Ok((!holders.is_empty(), out));
     }
-    if holders.is_empty() {
-        if !json {
-            print_out(&match prefix {
-                Some(p) => {
-                    format!("lock {name} has no holder whose token starts with {p}; nothing released\n")
-                }
-                None => format!("lock {name} was not held; nothing to release\n"),
-            })?;
+    let text = if holders.is_empty() {
+        match prefix {
+            Some(p) => format!("lock {name} has no holder whose token starts with {p}; nothing released\n"),
+            None => format!("lock {name} was not held; nothing to release\n"),
         }
-        return Ok(FREE);
-    }
-    tracing::warn!(key = %key.escape_ascii(), holders = holders.len(), "released by force");
-    if !json {
+    } else {
         let whose: Vec<String> = holders
             .iter()
             .map(|h| match h {
@@ -366,9 +422,9 @@ pub async fn release(key: &[u8], prefix: Option<&str>, json: bool, redis: &Redis
                 None => "held by a value not written by redlock-run".to_owned(),
             })
             .collect();
-        print_out(&format!("released lock {name}, {}; waiters were told\n", whose.join("; ")))?;
-    }
-    Ok(0)
+        format!("released lock {name}, {}; waiters were told\n", whose.join("; "))
+    };
+    Ok((!holders.is_empty(), serde_json::Value::String(text)))
 }
 
 /// Writes the answer to stdout. A reader that has gone away (`status | head -0`) is not an

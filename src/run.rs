@@ -51,7 +51,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
             nodes.len()
         );
     }
-    let mut lock = Lock::new(nodes, &config.key, config.ttl, config.idempotency.as_ref(), config.kind)
+    let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();
@@ -61,10 +61,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let wait_started = Instant::now();
     let outcome = acquire(&mut lock, config, &mut signals).await;
     report.acquire_wait = Some(wait_started.elapsed());
-    let (fence, lease) = match outcome? {
-        Outcome::Acquired { fence, lease, queue_position } => {
+    let (fences, lease) = match outcome? {
+        Outcome::Acquired { fences, lease, queue_position } => {
             report.queue_position = queue_position;
-            (fence, lease)
+            (fences, lease)
         }
         Outcome::AlreadyDone { record } => {
             let done = already_done(config, &record);
@@ -77,6 +77,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
             return run_unlocked(config, &mut signals, &reason, report).await;
         }
     };
+    let fence = fences[0];
     let acquired = Instant::now();
     tracing::info!(
         key = %key,
@@ -89,8 +90,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
 
     let env = LockEnv {
         key: OsString::from_vec(config.key.clone()),
+        keys: all_keys(config),
         token: Some(lock.value().to_owned()),
         fence: Some(fence.to_string()),
+        fences: Some(fences.iter().map(i64::to_string).collect::<Vec<_>>().join(" ")),
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
@@ -173,8 +176,10 @@ async fn run_unlocked(
     );
     let env = LockEnv {
         key: OsString::from_vec(config.key.clone()),
+        keys: all_keys(config),
         token: None,
         fence: None,
+        fences: None,
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
@@ -200,4 +205,9 @@ fn already_done(config: &Config, record: &[u8]) -> String {
         Some(s) => format!("a run with --idempotency-key {id:?} already succeeded on {}", s.describe()),
         None => format!("a run with --idempotency-key {id:?} already succeeded"),
     }
+}
+
+/// Every key, in the order given, separated by spaces (`REDLOCK_KEYS`).
+fn all_keys(config: &Config) -> OsString {
+    OsString::from_vec(config.keys.join(&b' '))
 }

@@ -270,7 +270,15 @@ fn the_command_sees_the_lock_and_not_the_wrappers_configuration() {
     sorted.sort();
     assert_eq!(
         sorted,
-        ["REDLOCK_FENCE", "REDLOCK_LOCK_KEY", "REDLOCK_RETRY_COUNT", "REDLOCK_TOKEN", "REDLOCK_TTL_MS"],
+        [
+            "REDLOCK_FENCE",
+            "REDLOCK_FENCES",
+            "REDLOCK_KEYS",
+            "REDLOCK_LOCK_KEY",
+            "REDLOCK_RETRY_COUNT",
+            "REDLOCK_TOKEN",
+            "REDLOCK_TTL_MS"
+        ],
         "the user's own REDLOCK_RETRY_COUNT is passed on, the wrapper's configuration is not: {env}"
     );
     assert!(vars.contains(&"REDLOCK_LOCK_KEY=lock:env"));

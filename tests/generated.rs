@@ -155,13 +155,19 @@ fn finish_main_page(page: &str) -> String {
         roff("The command gets the wrapper's environment without the variables above (REDIS_URL excepted), plus:")
     ));
     for (var, what) in [
-        ("REDLOCK_LOCK_KEY", "the lock key"),
+        ("REDLOCK_LOCK_KEY", "the lock key (the first, with several --key)"),
         (
             "REDLOCK_TOKEN",
-            "the value stored at the key: a 128-bit random token, then host, pid and start time",
+            "the value stored at the key: a 128-bit random token, then host, pid and start time, \
+             then the kind of lock for --shared and --limit",
         ),
-        ("REDLOCK_FENCE", "the fencing token of this acquisition; absent without a lock (--fail-open)"),
+        (
+            "REDLOCK_FENCE",
+            "the fencing token of this acquisition (the first key's); absent without a lock (--fail-open)",
+        ),
         ("REDLOCK_TTL_MS", "the lease length in milliseconds"),
+        ("REDLOCK_KEYS", "every key, in the order given, separated by spaces"),
+        ("REDLOCK_FENCES", "every key's fence, in the same order; absent without a lock"),
     ] {
         sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(var), roff(what)));
     }

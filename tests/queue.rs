@@ -292,3 +292,54 @@ fn waiters_keep_their_order_across_a_spell_of_out_of_memory() {
     let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();
     assert_eq!(order, [1, 2, 3, 4, 5], "served out of order after the entries lapsed");
 }
+
+/// Redis restarted empty (no persistence): the queue is gone with the lock, and the waiters
+/// join again with the arrival numbers they had, so they keep their order among themselves.
+#[test]
+fn waiters_join_again_in_their_order_after_redis_lost_its_data() {
+    let mut redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let mut holder = redlock(&redis)
+        .args(["-k", "lock:lost", "--ttl", "3s", "--", "sh", "-c"])
+        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .env("GO", &go)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"lock:lost")));
+    // Each waiter holds the lock a while, so that the others are queued when it runs.
+    let waiters: Vec<Child> = (1..=4)
+        .map(|i| {
+            let w = redlock(&redis)
+                .args(["-k", "lock:lost", "--wait", "50s", "--", "sh", "-c"])
+                .arg("echo \"$I $(date +%s%N)\" >> \"$OUT\"; sleep 1")
+                .env("I", i.to_string())
+                .env("OUT", &out)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, "lock:lost") == i as u64));
+            w
+        })
+        .collect();
+    redis.restart_empty();
+    // One waiter takes the free lock, and the other three are queued again, in their order;
+    // the holder loses its lock (125).
+    assert!(
+        wait_until(Duration::from_secs(5), || queue_len(&redis, "lock:lost") == 3),
+        "the waiters joined the queue again: {} queued",
+        queue_len(&redis, "lock:lost")
+    );
+    assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(125));
+    std::fs::write(&go, "").unwrap();
+    for w in waiters {
+        let o = wait_output(w, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();
+    let rest: Vec<usize> = order[1..].to_vec();
+    let mut sorted = rest.clone();
+    sorted.sort();
+    assert_eq!(rest, sorted, "after the first to come back, the waiters ran in their order: {order:?}");
+}

@@ -283,10 +283,9 @@ const DATA_LOSS_FAULTS: [Disruption; 5] = [
 
 /// The kinds phase: faults that must stop every holder, hide replies or lose wake-ups, then
 /// faults that lose the state of all the holders of a key, or the lease of one of them.
-const KIND_FAULTS: [Disruption; 6] = [
+const KIND_FAULTS: [Disruption; 5] = [
     Disruption::RedisPauseLong,
     Disruption::ReplyLossShort,
-    Disruption::ClientKill,
     Disruption::RedisRestart,
     Disruption::KeyForceReleased,
     Disruption::WrapperPauseLong,

@@ -192,9 +192,14 @@ impl Conn {
         }
     }
 
-    /// A separate connection subscribed to `channel`, bounded by the connect and command
+    /// A separate connection subscribed to `channels`, bounded by the connect and command
     /// timeouts. (In a Cluster, classic pub/sub reaches every node, so any node will do.)
-    pub async fn subscribe(&mut self, channel: &[u8]) -> Result<PubSubStream, Fault> {
+    /// Whether this is a Redis Cluster (whose keys in different slots no one script reaches).
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.topology, Topology::Cluster { .. })
+    }
+
+    pub async fn subscribe(&mut self, channels: &[Vec<u8>]) -> Result<PubSubStream, Fault> {
         let limit = self.connect_timeout + self.command_timeout;
         let clients = match &self.topology {
             // Any node will do; try the seeds in turn.
@@ -216,7 +221,7 @@ impl Conn {
         for client in clients {
             let subscribed = tokio::time::timeout(limit, async {
                 let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(channel).await?;
+                pubsub.subscribe(channels).await?;
                 Ok::<_, RedisError>(pubsub.into_on_message())
             })
             .await;

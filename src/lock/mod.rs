@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redis::Value;
+use redis::{ScriptInvocation, Value};
 
 use crate::config::Idempotency;
 
@@ -41,16 +41,24 @@ const FENCE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// What one acquisition attempt found.
 #[derive(Debug)]
 pub enum Acquired {
-    /// The lock is ours: its fence and the lease measured from just before the request.
-    Yes { fence: i64, lease: Lease },
-    /// Someone else holds it: the holder this run waits for, its remaining TTL (`None`: the
-    /// key never expires) and value; `holding`: how many hold; `same_id`: that holder runs the
-    /// same `--idempotency-key`; `position`: this run's place in the queue when it joined it
-    /// (1 = next).
-    Busy { pttl: Option<Duration>, holder: Vec<u8>, holding: u64, same_id: bool, position: Option<u64> },
-    /// The holders would admit this run, but other runs are queued for it ahead of this one:
+    /// The lock is ours: the fence of each key (in the order given) and the lease measured
+    /// from just before the request.
+    Yes { fences: Vec<i64>, lease: Lease },
+    /// Someone else holds key `key` (its index, in the order given): the holder this run
+    /// waits for, its remaining TTL (`None`: the key never expires) and value; `holding`: how
+    /// many hold; `same_id`: that holder runs the same `--idempotency-key`; `position`: this
+    /// run's place in that key's queue when it joined it (1 = next).
+    Busy {
+        key: usize,
+        pttl: Option<Duration>,
+        holder: Vec<u8>,
+        holding: u64,
+        same_id: bool,
+        position: Option<u64>,
+    },
+    /// The holders would admit this run, but at key `key` other runs are queued ahead of it:
     /// the one it waits for (its lock value), and this run's place when it joined the queue.
-    Queued { first: Vec<u8>, position: Option<u64> },
+    Queued { key: usize, first: Vec<u8>, position: Option<u64> },
     /// The success record of `--idempotency-key` exists: the work is done. Nothing was taken.
     AlreadyDone { record: Vec<u8> },
 }
@@ -83,12 +91,22 @@ pub fn quorum(n: usize) -> usize {
 /// With one node this is the plain lease lock. With N independent masters (Redlock) every
 /// operation goes to all of them in parallel and counts as done when a majority agrees
 /// ([`quorum`]) for the lock, the same for each renewal.
+///
+/// With several keys the lock holds all of them or none: one script takes them together
+/// wherever one script can reach them all (one Redis, each node of a quorum, a Cluster when
+/// they share a hash slot). In a Cluster whose keys are in several slots, the keys of each
+/// slot are taken together, slot after slot in a fixed order, and everything taken is given
+/// back as soon as one is busy.
 pub struct Lock {
     nodes: Vec<Conn>,
-    keys: Keys,
+    /// The lock keys, in the order given.
+    keys: Vec<Keys>,
+    /// The keys one script takes together (indices into `keys`), in the order they are taken.
+    groups: Vec<Vec<usize>>,
     value: String,
     ttl: Duration,
-    /// The success record's key and lifetime, with `--idempotency-key`.
+    /// The success record's key and lifetime, with `--idempotency-key` (it belongs to the
+    /// first key).
     record: Option<(Vec<u8>, Duration)>,
     /// This run's arrival number in the queue, once it has joined: if its entry lapses, it
     /// joins again with it and gets its place back.
@@ -96,9 +114,9 @@ pub struct Lock {
     kind: Kind,
 }
 
-/// What one node is asked for in an acquisition.
+/// What one node is asked for in an acquisition: the keys of one group.
 struct Ask<'a> {
-    keys: &'a Keys,
+    keys: Vec<&'a Keys>,
     value: &'a str,
     kind: Kind,
     ttl: Duration,
@@ -107,10 +125,11 @@ struct Ask<'a> {
     arrival: Option<u64>,
 }
 
-/// One node's answer to an acquisition.
+/// One node's answer to an acquisition of one group; `key` indices are the group's.
 enum NodeAcquired {
-    Granted(i64),
+    Granted(Vec<i64>),
     Busy {
+        key: usize,
         pttl: Option<Duration>,
         holder: Vec<u8>,
         holding: u64,
@@ -119,6 +138,7 @@ enum NodeAcquired {
         arrival: Option<u64>,
     },
     Queued {
+        key: usize,
         first: Vec<u8>,
         position: Option<u64>,
         arrival: Option<u64>,
@@ -127,34 +147,43 @@ enum NodeAcquired {
 }
 
 impl Lock {
+    /// `keys` in the order given: the first is the one `REDLOCK_LOCK_KEY`, `REDLOCK_FENCE` and
+    /// `--idempotency-key` are about.
     pub fn new(
         nodes: Vec<Conn>,
-        key: &[u8],
+        keys: &[Vec<u8>],
         ttl: Duration,
         idempotency: Option<&Idempotency>,
         kind: Kind,
     ) -> Result<Self, Fault> {
-        let keys = Keys::new(key);
-        let record = idempotency.map(|i| (keys.record(&i.id), i.ttl));
+        let keys: Vec<Keys> = keys.iter().map(|k| Keys::new(k)).collect();
+        let record = idempotency.map(|i| (keys[0].record(&i.id), i.ttl));
         let value = Holder::this_process(kind)?.value();
-        Ok(Lock { nodes, keys, value, ttl, record, arrival: None, kind })
+        let cluster = nodes.len() == 1 && nodes[0].is_cluster();
+        let groups = groups(&keys, cluster);
+        Ok(Lock { nodes, keys, groups, value, ttl, record, arrival: None, kind })
     }
 
     /// Whether waiters queue in arrival order: on one Redis (a single node, the Sentinels'
-    /// master, a Cluster). A Redlock quorum does not queue: independent queues could each put
-    /// another waiter first, and no one would get a majority.
+    /// master, a Cluster when the keys share a slot). A Redlock quorum does not queue:
+    /// independent queues could each put another waiter first, and no one would get a
+    /// majority; nor do keys in several slots of a Cluster, which no one script can queue for.
     pub fn queues(&self) -> bool {
-        self.nodes.len() == 1
+        self.nodes.len() == 1 && self.groups.len() == 1
     }
 
     /// Subscribes to what wakes a waiter, on the first node that accepts: its own turn in the
-    /// queue ([`Lock::queues`]), or else the announcement of each release.
+    /// queue of any of its keys ([`Lock::queues`]), or else the announcement of each release.
     pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
-        let channel =
-            if self.queues() { self.keys.wake(self.token()) } else { self.keys.released_channel.clone() };
+        let token = self.token().to_owned();
+        let channels: Vec<Vec<u8>> = self
+            .keys
+            .iter()
+            .map(|k| if self.queues() { k.wake(&token) } else { k.released_channel.clone() })
+            .collect();
         let mut last = Fault::Unavailable("no node to subscribe to".into());
         for node in &mut self.nodes {
-            match node.subscribe(&channel).await {
+            match node.subscribe(&channels).await {
                 Ok(stream) => return Ok(stream),
                 Err(e) => last = e,
             }
@@ -181,15 +210,21 @@ impl Lock {
         self.value.split(' ').next().unwrap_or_default()
     }
 
-    /// Gives up this run's place in the queue (its wait ended without the lock), waking the
-    /// next waiter if the lock is free. Best effort: an entry left behind lapses by itself.
+    /// Gives up this run's places in the queues (its wait ended without the lock), waking the
+    /// waiters that can now hold. Best effort: an entry left behind lapses by itself.
     pub async fn leave_queue(&mut self) -> Result<(), Fault> {
         if !self.queues() {
             return Ok(());
         }
         let Lock { nodes, keys, value, .. } = self;
-        let mut script = scripts::LEAVE.key(&keys.lock);
-        script.key(&keys.queue).key(&keys.queue_expiry).arg(value.as_str()).arg(&keys.wake_prefix);
+        let mut script = scripts::LEAVE.prepare_invoke();
+        for k in keys.iter() {
+            script.key(&k.lock).key(&k.queue).key(&k.queue_expiry);
+        }
+        script.arg(value.as_str());
+        for k in keys.iter() {
+            script.arg(&k.wake_prefix);
+        }
         nodes[0].invoke::<i64>(&script).await.map(drop)
     }
 
@@ -209,22 +244,51 @@ impl Lock {
     // when every node has answered, release reading the answers in node order), so a helper
     // would take over only the line that sends the requests.
 
-    /// One attempt on every node at once, given up as soon as a majority can no longer grant.
-    /// The lease counts from just before the requests went out, so the time the slowest needed
-    /// node took is already spent. What a failed attempt took is given back.
-    /// With `join`, a busy lock puts this run in the queue (or keeps its place there): see
+    /// One attempt to take every key, given up as soon as it cannot succeed. The lease counts
+    /// from just before the first request went out, so the time the slowest needed node took
+    /// is already spent. What a failed attempt took is given back.
+    /// With `join`, a busy lock puts this run in the queues (or keeps its places there): see
     /// [`Lock::queues`].
     pub async fn acquire(&mut self, join: bool) -> Result<Acquired, Fault> {
+        if self.groups.len() == 1 {
+            return self.acquire_group(0, join && self.queues()).await;
+        }
+        // Slot after slot; everything taken so far goes back as soon as one is not granted.
+        let sent = tokio::time::Instant::now();
+        let mut fences = vec![0; self.keys.len()];
+        for g in 0..self.groups.len() {
+            let answer = self.acquire_group(g, false).await;
+            match answer {
+                Ok(Acquired::Yes { fences: got, .. }) => {
+                    for (&i, f) in self.groups[g].iter().zip(got) {
+                        fences[i] = f;
+                    }
+                }
+                other => {
+                    // The failed group may have been taken by a request whose reply was lost.
+                    let taken = if other.is_err() { g + 1 } else { g };
+                    let _ = self.release_groups(0..taken, Duration::ZERO, false).await;
+                    return other;
+                }
+            }
+        }
+        Ok(Acquired::Yes { fences, lease: Lease::new(sent, self.ttl) })
+    }
+
+    /// One attempt on the keys of group `g`, on every node at once, given up as soon as a
+    /// majority can no longer grant. Key indices in the answer are the lock's.
+    async fn acquire_group(&mut self, g: usize, join: bool) -> Result<Acquired, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
-        let join = join && self.queues();
-        let Lock { nodes, keys, value, ttl, record, arrival, kind } = self;
+        let width = self.groups[g].len();
+        let Lock { nodes, keys, groups, value, ttl, record, arrival, kind } = self;
         let ask = Ask {
-            keys,
+            keys: groups[g].iter().map(|&i| &keys[i]).collect(),
             value: value.as_str(),
             kind: *kind,
             ttl: *ttl,
-            record: record.as_ref(),
+            // The success record is the first key's, checked with its group.
+            record: record.as_ref().filter(|_| groups[g].contains(&0)),
             join,
             arrival: *arrival,
         };
@@ -236,7 +300,7 @@ impl Lock {
             .map(|(i, node)| async move { (i, acquire_on(node, ask).await) })
             .collect();
         let mut granted_by: Vec<usize> = Vec::new();
-        let mut fence = i64::MIN;
+        let mut fences = vec![i64::MIN; width];
         // Each node's busy answer, as `Acquired::Busy`.
         let mut busy: Vec<Acquired> = Vec::new();
         let mut queued = None;
@@ -246,17 +310,19 @@ impl Lock {
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
             match answer {
-                Ok(NodeAcquired::Granted(f)) => {
+                Ok(NodeAcquired::Granted(got)) => {
                     granted_by.push(i);
-                    fence = fence.max(f);
+                    for (f, g) in fences.iter_mut().zip(got) {
+                        *f = (*f).max(g);
+                    }
                 }
-                Ok(NodeAcquired::Busy { pttl, holder, holding, same_id, position, arrival }) => {
+                Ok(NodeAcquired::Busy { key, pttl, holder, holding, same_id, position, arrival }) => {
                     new_arrival = new_arrival.or(arrival);
-                    busy.push(Acquired::Busy { pttl, holder, holding, same_id, position })
+                    busy.push(Acquired::Busy { key, pttl, holder, holding, same_id, position })
                 }
-                Ok(NodeAcquired::Queued { first, position, arrival }) => {
+                Ok(NodeAcquired::Queued { key, first, position, arrival }) => {
                     new_arrival = new_arrival.or(arrival);
-                    queued = Some((first, position))
+                    queued = Some(Acquired::Queued { key, first, position })
                 }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
                 Err(f) => faults.push(f),
@@ -275,8 +341,8 @@ impl Lock {
         }
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
-            if n == 1 || self.raise_fence(&granted_by, fence).await >= quorum {
-                return Ok(Acquired::Yes { fence, lease: Lease::new(sent, self.ttl) });
+            if n == 1 || self.raise_fences(g, &granted_by, &fences).await >= quorum {
+                return Ok(Acquired::Yes { fences, lease: Lease::new(sent, self.ttl) });
             }
             faults.push(Fault::Unavailable("could not raise the fence counter on a majority".into()));
         }
@@ -285,58 +351,90 @@ impl Lock {
             // caller retries as it sees fit.
             let _ = self.release(Duration::ZERO, false).await;
         }
+        let global = |key: usize| self.groups[g][key];
         if let Some(record) = done {
             return Ok(Acquired::AlreadyDone { record });
         }
-        if let Some((first, position)) = queued {
+        if let Some(Acquired::Queued { key, first, position }) = queued {
             // Only one node queues (see `queues`).
-            return Ok(Acquired::Queued { first, position });
+            return Ok(Acquired::Queued { key: global(key), first, position });
         }
         if busy.len() > n - quorum || (faults.is_empty() && !busy.is_empty()) {
             let left = |b: &Acquired| match b {
                 Acquired::Busy { pttl, .. } => pttl.unwrap_or(Duration::MAX),
                 _ => Duration::MAX,
             };
-            let soonest = busy.into_iter().min_by_key(left);
-            return Ok(soonest.expect("busy is not empty"));
+            let soonest = busy.into_iter().min_by_key(left).expect("busy is not empty");
+            return Ok(match soonest {
+                Acquired::Busy { key, pttl, holder, holding, same_id, position } => {
+                    Acquired::Busy { key: global(key), pttl, holder, holding, same_id, position }
+                }
+                other => other,
+            });
         }
         Err(fault::worst(faults))
     }
 
-    /// Redlock: raises the fence counter on the nodes that granted to the fence handed out;
-    /// returns on how many it was confirmed. (The nodes' counters drift apart otherwise, and a
-    /// later majority could hand out a lower fence.)
-    async fn raise_fence(&mut self, granted_by: &[usize], fence: i64) -> usize {
-        let Lock { nodes, keys, ttl, .. } = self;
-        let mut script = scripts::RAISE_FENCE.key(&keys.fence);
-        script.arg(fence).arg(millis(FENCE_TTL.max(*ttl * 2)));
+    /// Redlock: raises the fence counters of group `g`'s keys on the nodes that granted to the
+    /// fences handed out; returns on how many nodes every one was confirmed. (The nodes'
+    /// counters drift apart otherwise, and a later majority could hand out a lower fence.)
+    async fn raise_fences(&mut self, g: usize, granted_by: &[usize], fences: &[i64]) -> usize {
+        let keys: Vec<&Keys> = self.groups[g].iter().map(|&i| &self.keys[i]).collect();
+        let ttl = FENCE_TTL.max(self.ttl * 2);
         let raised = futures_util::future::join_all(
-            nodes
-                .iter_mut()
-                .enumerate()
-                .filter(|(i, _)| granted_by.contains(i))
-                .map(|(_, node)| node.invoke::<i64>(&script)),
+            self.nodes.iter_mut().enumerate().filter(|(i, _)| granted_by.contains(i)).map(|(_, node)| {
+                let keys = &keys;
+                async move {
+                    let mut script = scripts::RAISE_FENCE.prepare_invoke();
+                    script.arg(millis(ttl));
+                    for (k, fence) in keys.iter().zip(fences) {
+                        script.key(&k.fence).arg(*fence);
+                    }
+                    matches!(node.invoke::<i64>(&script).await, Ok(1))
+                }
+            }),
         )
         .await;
-        raised.iter().filter(|r| matches!(r, Ok(1))).count()
+        raised.iter().filter(|r| **r).count()
     }
 
-    /// Extends the lease if the key still holds our value on a majority. `Ok(false)`: it does
-    /// not, and cannot (lost).
+    /// Extends the lease if every key still holds our value on a majority. `Ok(false)`: one
+    /// does not, and cannot (lost).
     pub async fn renew(&mut self) -> Result<bool, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
-        let Lock { nodes, keys, value, ttl, .. } = self;
-        let mut script = scripts::RENEW.key(&keys.lock);
-        script.key(&keys.holders).arg(value.as_str()).arg(millis(*ttl));
-        let mut pending: FuturesUnordered<_> =
-            nodes.iter_mut().map(|node| node.invoke::<i64>(&script)).collect();
+        let Lock { nodes, keys, groups, value, ttl, .. } = self;
+        let scripts: Vec<_> = groups
+            .iter()
+            .map(|group| {
+                let mut script = scripts::RENEW.prepare_invoke();
+                for &i in group {
+                    script.key(&keys[i].lock).key(&keys[i].holders);
+                }
+                script.arg(value.as_str()).arg(millis(*ttl));
+                script
+            })
+            .collect();
+        let scripts = &scripts;
+        // One round trip per node: the groups (one, but for keys in several Cluster slots) at
+        // once.
+        let mut pending: FuturesUnordered<_> = nodes
+            .iter_mut()
+            .map(|node| async move {
+                let mut renewed = true;
+                for script in scripts {
+                    let reply: Vec<Value> = node.invoke(script).await?;
+                    renewed &= replies::int(reply.first()) == Some(1);
+                }
+                Ok::<bool, Fault>(renewed)
+            })
+            .collect();
         let (mut renewed, mut lost) = (0, 0);
         let mut faults = Vec::new();
         while let Some(answer) = pending.next().await {
             match answer {
-                Ok(1) => renewed += 1,
-                Ok(_) | Err(Fault::WrongType(_)) => lost += 1,
+                Ok(true) => renewed += 1,
+                Ok(false) | Err(Fault::WrongType(_)) => lost += 1,
                 Err(f) => faults.push(f),
             }
             // Lost as soon as a majority can no longer confirm; renewed when every node has
@@ -355,17 +453,39 @@ impl Lock {
         })
     }
 
-    /// Deletes the key on every node where it still holds our value and tells waiters — or,
+    /// Deletes every key on every node where it still holds our value and tells waiters — or,
     /// with `keep`, lets it live that much longer (`--min-hold`). With `succeeded` and
     /// `--idempotency-key`, records the success in the same round trip.
     pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<Released, Fault> {
-        let Lock { nodes, keys, value, record, .. } = self;
-        let record = record.as_ref().filter(|_| succeeded);
+        let all = 0..self.groups.len();
+        self.release_groups(all, keep, succeeded).await
+    }
+
+    async fn release_groups(
+        &mut self,
+        groups: std::ops::Range<usize>,
+        keep: Duration,
+        succeeded: bool,
+    ) -> Result<Released, Fault> {
+        let Lock { nodes, keys, groups: all, value, record, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
-        let answers = futures_util::future::join_all(
-            nodes.iter_mut().map(|node| release_on(node, keys, value, keep, record, announce)),
-        )
+        let scripts: Vec<_> = all[groups]
+            .iter()
+            .map(|group| {
+                let record = record.as_ref().filter(|_| succeeded && group.contains(&0));
+                release_script(group.iter().map(|&i| &keys[i]), value, keep, record, announce)
+            })
+            .collect();
+        let scripts = &scripts;
+        let answers = futures_util::future::join_all(nodes.iter_mut().map(|node| async move {
+            let mut outcome = None;
+            for script in scripts {
+                let got = release_on(node, script).await?;
+                outcome = Some(outcome.map_or(got, |o| merge(o, got)));
+            }
+            outcome.ok_or_else(|| Fault::Internal("no key to release".into()))
+        }))
         .await;
         let mut faults = Vec::new();
         let mut outcome = None;
@@ -388,28 +508,71 @@ impl Lock {
     }
 }
 
+/// The groups of keys one script takes together: all of them, but in a Cluster whose keys
+/// are in several slots, one group per slot, ordered by their smallest key (bytes), so that
+/// every run takes the slots of the keys it shares in the same order.
+fn groups(keys: &[Keys], cluster: bool) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let slot = keys::slot(&k.lock);
+        match groups.iter_mut().find(|g| !cluster || keys::slot(&keys[g[0]].lock) == slot) {
+            Some(group) => group.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let smallest = |g: &Vec<usize>| g.iter().map(|&i| keys[i].lock.clone()).min();
+    groups.sort_by_key(smallest);
+    groups
+}
+
+/// What a release found at several keys, as one outcome: deleted if any was, else kept if
+/// any was, else not ours.
+fn merge(a: Released, b: Released) -> Released {
+    match (a, b) {
+        (Released::Deleted, _) | (_, Released::Deleted) => Released::Deleted,
+        (Released::Kept, _) | (_, Released::Kept) => Released::Kept,
+        _ => Released::NotOurs,
+    }
+}
+
 async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Fault> {
-    let Ask { keys, value, kind, ttl, record, join, arrival } = *ask;
-    let mut script = scripts::ACQUIRE.key(&keys.lock);
-    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
-    script.key(&keys.holders);
+    let Ask { ref keys, value, kind, ttl, record, join, arrival } = *ask;
+    let mut script = scripts::ACQUIRE.prepare_invoke();
+    for k in keys {
+        script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry).key(&k.queue_seq);
+        script.key(&k.holders);
+    }
     if let Some((record, _)) = record {
         script.key(record);
     }
     script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
-    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(&keys.wake_prefix);
-    script.arg(arrival.unwrap_or(0));
+    script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(arrival.unwrap_or(0));
+    for k in keys {
+        script.arg(&k.wake_prefix);
+    }
     let reply: Vec<Value> = node.invoke(&script).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
+    // A key index from the script (1-based) as the group's (0-based).
+    let key_at = |v: Option<&Value>| {
+        replies::int(v)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|i| (1..=keys.len()).contains(i))
+            .map(|i| i - 1)
+    };
     match reply.first() {
         Some(Value::Int(1)) => {
-            Ok(NodeAcquired::Granted(replies::fence(reply.get(1)).ok_or_else(unexpected)?))
+            let fences: Option<Vec<i64>> = reply[1..].iter().map(|f| replies::fence(Some(f))).collect();
+            match fences {
+                Some(fences) if fences.len() == keys.len() => Ok(NodeAcquired::Granted(fences)),
+                _ => Err(unexpected()),
+            }
         }
         Some(Value::Int(0)) => {
             let pttl = replies::int(reply.get(1)).ok_or_else(unexpected)?;
             let pttl = u64::try_from(pttl).ok().map(Duration::from_millis);
             let holder = replies::bytes(reply.get(2)).unwrap_or_default();
             Ok(NodeAcquired::Busy {
+                key: key_at(reply.get(7)).ok_or_else(unexpected)?,
                 pttl,
                 holder,
                 holding: replies::int(reply.get(5)).and_then(|n| u64::try_from(n).ok()).unwrap_or(1),
@@ -419,19 +582,41 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
             })
         }
         Some(Value::Int(3)) => Ok(NodeAcquired::Queued {
+            key: key_at(reply.get(4)).ok_or_else(unexpected)?,
             first: replies::bytes(reply.get(1)).unwrap_or_default(),
             position: position(reply.get(2)),
             arrival: position(reply.get(3)),
         }),
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
-        Some(Value::Int(-1)) => Err(replies::not_a_lock(&keys.lock, reply.get(1), reply.get(2))),
-        Some(Value::Int(-2)) => Err(fence_fault(keys, &replies::text(reply.get(1)))),
-        Some(Value::Int(-3)) => Err(mismatch(
-            keys,
-            kind,
-            &replies::bytes(reply.get(1)).unwrap_or_default(),
-            replies::int(reply.get(2)) == Some(1),
-        )),
+        Some(Value::Int(-1)) => {
+            let name = reply.get(2);
+            let lock = keys
+                .iter()
+                .find(|k| replies::bytes(name).is_some_and(|n| n == k.lock))
+                .map_or(&keys[0].lock, |k| &k.lock);
+            // A name next to a lock: the lock it belongs to.
+            let lock = keys
+                .iter()
+                .find(|k| {
+                    replies::bytes(name)
+                        .is_some_and(|n| [&k.queue, &k.queue_expiry, &k.holders].iter().any(|x| **x == n))
+                })
+                .map_or(lock, |k| &k.lock);
+            Err(replies::not_a_lock(lock, reply.get(1), name))
+        }
+        Some(Value::Int(-2)) => {
+            let k = keys[key_at(reply.get(2)).unwrap_or(0)];
+            Err(fence_fault(k, &replies::text(reply.get(1))))
+        }
+        Some(Value::Int(-3)) => {
+            let k = keys[key_at(reply.get(3)).unwrap_or(0)];
+            Err(mismatch(
+                k,
+                kind,
+                &replies::bytes(reply.get(1)).unwrap_or_default(),
+                replies::int(reply.get(2)) == Some(1),
+            ))
+        }
         _ => Err(unexpected()),
     }
 }
@@ -487,38 +672,53 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
     }
 }
 
-async fn release_on(
-    node: &mut Conn,
-    keys: &Keys,
+/// The release of `keys` (one group), for [`release_on`].
+fn release_script<'k>(
+    keys: impl Iterator<Item = &'k Keys> + Clone,
     value: &str,
     keep: Duration,
     record: Option<&(Vec<u8>, Duration)>,
     announce: bool,
-) -> Result<Released, Fault> {
-    let mut script = scripts::RELEASE.key(&keys.lock);
-    script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
+) -> ScriptInvocation<'static> {
+    let mut script = scripts::RELEASE.prepare_invoke();
+    for k in keys.clone() {
+        script.key(&k.lock).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
+    }
     if let Some((key, _)) = record {
         script.key(key);
     }
-    script.arg(value).arg(&keys.released_channel).arg(millis(keep)).arg(if announce { "1" } else { "0" });
+    script.arg(value).arg(millis(keep)).arg(if announce { "1" } else { "0" });
     match record {
         Some((_, ttl)) => script.arg(Success::now().value()).arg(millis(*ttl)),
         None => script.arg("").arg(0),
     };
-    script.arg(&keys.wake_prefix);
-    let reply: Vec<Value> = node.invoke(&script).await?;
-    match reply.get(1) {
+    for k in keys {
+        script.arg(&k.released_channel).arg(&k.wake_prefix);
+    }
+    script
+}
+
+async fn release_on(node: &mut Conn, script: &ScriptInvocation<'_>) -> Result<Released, Fault> {
+    let reply: Vec<Value> = node.invoke(script).await?;
+    match reply.first() {
         Some(Value::Int(0)) | None => {}
         error => {
             tracing::warn!("could not record the success of --idempotency-key: {}", replies::text(error))
         }
     }
-    match reply.first() {
-        Some(Value::Int(1)) => Ok(Released::Deleted),
-        Some(Value::Int(2)) => Ok(Released::Kept),
-        Some(Value::Int(0)) => Ok(Released::NotOurs),
-        _ => Err(replies::unexpected("release", &reply)),
+    let outcomes =
+        reply.get(1..).filter(|o| !o.is_empty()).ok_or_else(|| replies::unexpected("release", &reply))?;
+    let mut merged = None;
+    for outcome in outcomes {
+        let got = match outcome {
+            Value::Int(1) => Released::Deleted,
+            Value::Int(2) => Released::Kept,
+            Value::Int(0) => Released::NotOurs,
+            _ => return Err(replies::unexpected("release", &reply)),
+        };
+        merged = Some(merged.map_or(got, |m| merge(m, got)));
     }
+    Ok(merged.expect("not empty"))
 }
 
 fn millis(d: Duration) -> u64 {

@@ -172,8 +172,8 @@ fn ask(
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
     script.key(&keys.holders);
     script.arg(value).arg(60_000).arg(60_000);
-    script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(&keys.wake_prefix);
-    script.arg(arrival.unwrap_or(0));
+    script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(arrival.unwrap_or(0));
+    script.arg(&keys.wake_prefix);
     script.invoke(conn).expect("ACQUIRE")
 }
 
@@ -211,10 +211,10 @@ fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
                 let h = holding.remove(h % holding.len());
                 let mut script = scripts::RELEASE.key(&keys.lock);
                 script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
-                script.arg(value(h, kinds[h])).arg(&keys.released_channel).arg(0).arg("0").arg("").arg(0);
-                script.arg(&keys.wake_prefix);
+                script.arg(value(h, kinds[h])).arg(0).arg("0").arg("").arg(0);
+                script.arg(&keys.released_channel).arg(&keys.wake_prefix);
                 let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
-                prop_assert_eq!(reply.first(), Some(&Value::Int(1)), "step {}: the holder's release", i);
+                prop_assert_eq!(reply.get(1), Some(&Value::Int(1)), "step {}: the holder's release", i);
             }
             Step::Leave(w) => {
                 if holding.contains(&w) {
@@ -351,7 +351,7 @@ fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 45, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 40, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn the_queue_serves_live_waiters_in_arrival_order_within_each_kind_s_limit(
@@ -360,4 +360,215 @@ proptest! {
     ) {
         check(&kinds, &steps)?;
     }
+}
+
+/// Several keys: each waiter asks for a set of them (in its own order), all or nothing.
+mod several {
+    use super::*;
+
+    const KEYS: usize = 3;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Ask(usize),
+        Release(usize),
+        Leave(usize),
+        Pause(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => (0..WAITERS).prop_map(Step::Ask),
+            2 => (0..WAITERS).prop_map(Step::Release),
+            1 => (0..QUEUERS).prop_map(Step::Leave),
+            2 => (0u64..180).prop_map(Step::Pause),
+        ]
+    }
+
+    /// Each waiter's keys: a non-empty set of the three, in a generated order.
+    fn wants() -> impl Strategy<Value = Vec<Vec<usize>>> {
+        let one = proptest::sample::subsequence((0..KEYS).collect::<Vec<_>>(), 1..=KEYS).prop_shuffle();
+        proptest::collection::vec(one, WAITERS)
+    }
+
+    fn ask(
+        conn: &mut redis::Connection,
+        keys: &[Keys],
+        w: usize,
+        join: bool,
+        arrival: Option<u64>,
+    ) -> Vec<Value> {
+        let mut script = scripts::ACQUIRE.prepare_invoke();
+        for k in keys {
+            script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry).key(&k.queue_seq);
+            script.key(&k.holders);
+        }
+        script.arg(value(w, Kind::Exclusive)).arg(60_000).arg(60_000);
+        script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(arrival.unwrap_or(0));
+        for k in keys {
+            script.arg(&k.wake_prefix);
+        }
+        script.invoke(conn).expect("ACQUIRE")
+    }
+
+    fn check(wants: &[Vec<usize>], steps: &[Step]) -> Result<(), TestCaseError> {
+        let mut server = Server::start();
+        let conn = &mut server.conn;
+        let all: Vec<Keys> = (0..KEYS).map(|k| Keys::new(format!("lock:several:{k}").as_bytes())).collect();
+        let keys_of = |w: usize| -> Vec<Keys> { wants[w].iter().map(|&k| all[k].clone()).collect() };
+        let shares = |a: usize, b: usize| wants[a].iter().any(|k| wants[b].contains(k));
+        let mut waiters = vec![Waiter::default(); WAITERS];
+        let mut holding: Vec<usize> = Vec::new();
+        let mut fences = [0i64; KEYS];
+        for (i, step) in steps.iter().enumerate() {
+            match *step {
+                Step::Pause(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                Step::Release(h) => {
+                    if holding.is_empty() {
+                        continue;
+                    }
+                    let h = holding.remove(h % holding.len());
+                    let mut script = scripts::RELEASE.prepare_invoke();
+                    for k in keys_of(h) {
+                        script.key(&k.lock).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
+                    }
+                    script.arg(value(h, Kind::Exclusive)).arg(0).arg("0").arg("").arg(0);
+                    for k in keys_of(h) {
+                        script.arg(&k.released_channel).arg(&k.wake_prefix);
+                    }
+                    let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
+                    prop_assert!(reply[1..].iter().all(|o| *o == Value::Int(1)), "step {}: {:?}", i, reply);
+                }
+                Step::Leave(w) => {
+                    if holding.contains(&w) {
+                        continue;
+                    }
+                    let mut script = scripts::LEAVE.prepare_invoke();
+                    for k in keys_of(w) {
+                        script.key(&k.lock).key(&k.queue).key(&k.queue_expiry);
+                    }
+                    script.arg(value(w, Kind::Exclusive));
+                    for k in keys_of(w) {
+                        script.arg(&k.wake_prefix);
+                    }
+                    let _: i64 = script.invoke(conn).expect("LEAVE");
+                    waiters[w].queued = false;
+                }
+                Step::Ask(w) => {
+                    if holding.contains(&w) {
+                        continue;
+                    }
+                    let join = w < QUEUERS;
+                    let now = Instant::now();
+                    let mine = waiters[w].arrival;
+                    let free = holding.iter().all(|h| !shares(*h, w));
+                    // Waiters that share a key with this run and come before it.
+                    let before = |x: usize| x != w && shares(x, w) && waiters[x].before(mine);
+                    let surely_behind = (0..WAITERS).any(|x| before(x) && waiters[x].surely_live(now));
+                    let surely_first = join
+                        && (waiters[w].surely_live(now) || mine.is_none())
+                        && (0..WAITERS).all(|x| !before(x) || waiters[x].surely_lapsed(now));
+                    let reply = ask(conn, &keys_of(w), w, join, mine);
+                    let after = Instant::now();
+                    match reply.first() {
+                        Some(Value::Int(1)) => {
+                            prop_assert!(free, "step {}: {} granted while {:?} hold", i, w, holding);
+                            prop_assert!(!surely_behind, "step {}: {} jumped a queue: {:?}", i, w, waiters);
+                            prop_assert_eq!(reply.len(), wants[w].len() + 1, "step {}: one fence a key", i);
+                            for (&k, f) in wants[w].iter().zip(&reply[1..]) {
+                                let Value::BulkString(f) = f else {
+                                    return Err(TestCaseError::fail("fence"));
+                                };
+                                let f: i64 = std::str::from_utf8(f).unwrap().parse().unwrap();
+                                prop_assert!(
+                                    f > fences[k],
+                                    "step {}: key {}'s fence {} after {}",
+                                    i,
+                                    k,
+                                    f,
+                                    fences[k]
+                                );
+                                fences[k] = f;
+                            }
+                            holding.push(w);
+                            waiters[w].queued = false;
+                        }
+                        Some(Value::Int(0 | 3)) => {
+                            prop_assert!(
+                                !(free && surely_first),
+                                "step {}: {} could hold every key and was first: {:?} {:?} {:?}",
+                                i,
+                                w,
+                                reply,
+                                holding,
+                                waiters
+                            );
+                            if join {
+                                let arrival = match reply.first() {
+                                    Some(Value::Int(0)) => int(reply.get(4)),
+                                    _ => int(reply.get(3)),
+                                };
+                                let Some(arrival) = arrival else {
+                                    return Err(TestCaseError::fail(format!("step {i}: {reply:?}")));
+                                };
+                                if let Some(a) = mine {
+                                    prop_assert_eq!(a, arrival, "step {}: {} keeps its arrival", i, w);
+                                }
+                                // One arrival number in every queue of the run: the same order everywhere.
+                                for k in keys_of(w) {
+                                    let score: Option<u64> = redis::cmd("ZSCORE")
+                                        .arg(&k.queue)
+                                        .arg(value(w, Kind::Exclusive))
+                                        .query(conn)
+                                        .unwrap();
+                                    prop_assert_eq!(
+                                        score,
+                                        Some(arrival),
+                                        "step {}: {}'s place at a key",
+                                        i,
+                                        w
+                                    );
+                                }
+                                waiters[w].arrival = Some(arrival);
+                                waiters[w].queued = true;
+                                waiters[w].kept = Some(now);
+                                waiters[w].kept_done = Some(after);
+                            }
+                        }
+                        _ => prop_assert!(false, "step {}: unexpected reply {:?}", i, reply),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn several_keys_are_taken_together_and_queued_in_one_order(
+            wants in wants(),
+            steps in proptest::collection::vec(step(), 1..40),
+        ) {
+            check(&wants, &steps)?;
+        }
+    }
+}
+
+/// A waiter that joins again after Redis lost the queue (and its counters) gets its arrival
+/// number back, in the queue, and the counter is raised to it.
+#[test]
+fn a_waiter_joins_again_with_its_arrival_number_after_data_loss() {
+    let mut server = Server::start();
+    let conn = &mut server.conn;
+    let keys = Keys::new(b"lock:rejoin");
+    let _: () = redis::cmd("SET").arg(&keys.lock).arg("someone").arg("PX").arg(60_000).query(conn).unwrap();
+    let reply = ask(conn, &keys, &value(1, Kind::Exclusive), true, Some(7));
+    assert_eq!(int(reply.get(3)), Some(1), "in the queue again: {reply:?}");
+    assert_eq!(int(reply.get(4)), Some(7), "with its arrival number: {reply:?}");
+    let counter: u64 = redis::cmd("GET").arg(&keys.queue_seq).query(conn).unwrap();
+    assert_eq!(counter, 7, "the counter raised to it");
+    let next = ask(conn, &keys, &value(2, Kind::Exclusive), true, None);
+    assert_eq!(int(next.get(4)), Some(8), "a new arrival after it: {next:?}");
 }

@@ -178,36 +178,47 @@ end
     };
 }
 
-/// KEYS: lock, fence, queue, queue expiry, queue seq, holders[, success record]. ARGV: value,
+/// KEYS: six for each lock key, in the order given (lock, fence, queue, queue expiry, queue
+/// seq, holders), then the success record if any (it belongs to the first key). ARGV: value,
 /// ttl ms, fence ttl ms, join ("1": queue up when busy), entry ms (how long a queue entry lives
-/// without a keep-alive), wake prefix, arrival number this run had before its entry lapsed
-/// ("0": none). The value's kind (see [`queue_lua`]) says which lock the run takes.
-/// → `{1, fence}` acquired (the fence as a decimal string);
-///   `{0, pttl, holder, position, arrival, holding, same}` busy: `holder` is the holder this
-///   run waits for (an exclusive run held off by shared holders: the last to end; a `--limit`
-///   run: the first to end), `holding` how many hold, `same` 1 when that holder runs the same
-///   `--idempotency-key` (then the run waits for it even with permits free);
-///   `{3, first, position, arrival}` the holders would admit this run, but waiters that come
-///   first are queued (`first`: the one it waits for);
-///   `{-1, type[, name]}` the key (or the name next to it that is given) holds another type,
-///   or a sorted set not written by redlock-run;
-///   `{-2, error}` the fence counter is unusable (nothing is left held);
-///   `{-3, value, held}` a holder (`held` 1) or a queued waiter (0), its value given, uses
-///   another kind of lock;
-///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken; a queued
-///   run leaves the queue, and waits that can now hold are woken).
-///   `position` is this run's place in the queue (1 = next) after joining, or false; `arrival`
-///   its arrival number. A run whose entry lapsed (Redis out of memory, the run stopped) joins
-///   again with the arrival number it had, so it gets its place back; the counter is raised to
-///   it, so that later arrivals still come after it (also when Redis lost the queue).
+/// without a keep-alive), arrival number this run had before its entry lapsed ("0": none), then
+/// the wake prefix of each key. The value's kind (see [`queue_lua`]) says which lock the run
+/// takes, on every key.
 ///
-/// Who is granted, on top of the holders admitting the run: an exclusive run when no live
-/// waiter comes before it; a shared one when no live exclusive waiter does (it runs beside
-/// shared runs queued ahead, never ahead of an exclusive one); a `--limit N` one when fewer
-/// live waiters come before it than permits are free. A run that does not queue comes after
-/// every live waiter. Each call of a queued waiter also keeps its entry alive. Queue writes use
-/// `pcall`: a Redis that cannot take them (out of memory, read-only) still answers busy,
-/// without a position.
+/// All or nothing: every key is read first; the run is granted only if every key would grant
+/// it, and then every key is taken in the same call (a fence that cannot be bumped takes back
+/// what this call took). Otherwise nothing is taken, and a run that queues joins the queue of
+/// every key with one arrival number, the same in each: two runs that share keys are in the
+/// same order in every queue they share, so no two wait for each other.
+///
+/// → `{1, fence, …}` acquired, one fence per key (decimal strings);
+///   `{0, pttl, holder, position, arrival, holding, same, key}` busy: the first key (its index,
+///   from 1) held so that it does not admit the run, `holder` the holder this run waits for
+///   there (an exclusive run held off by shared holders: the last to end; a `--limit` run: the
+///   first to end), `holding` how many hold, `same` 1 when that holder runs the same
+///   `--idempotency-key` (then the run waits for it even with permits free);
+///   `{3, first, position, arrival, key}` every holder would admit this run, but at that key
+///   waiters that come first are queued (`first`: the one it waits for);
+///   `{-1, type[, name]}` a lock key (or the name next to it that is given) holds another
+///   type, or a sorted set not written by redlock-run;
+///   `{-2, error, key}` that key's fence counter is unusable (nothing is left held);
+///   `{-3, value, held, key}` at that key a holder (`held` 1) or a queued waiter (0), its value
+///   given, uses another kind of lock;
+///   `{2, record}` the success record of `--idempotency-key` exists (nothing taken; a queued
+///   run leaves the queues, and waiters that can now hold are woken).
+///   `position` is this run's place in that key's queue (1 = next) after joining, or false;
+///   `arrival` its arrival number. A run whose entry lapsed (Redis out of memory, the run
+///   stopped) joins again with the arrival number it had, so it gets its place back; each
+///   counter is raised to it, so that later arrivals still come after it (also when Redis lost
+///   the queue).
+///
+/// Who is granted at one key, on top of the holders admitting the run: an exclusive run when
+/// no live waiter comes before it; a shared one when no live exclusive waiter does (it runs
+/// beside shared runs queued ahead, never ahead of an exclusive one); a `--limit N` one when
+/// fewer live waiters come before it than permits are free. A run that does not queue comes
+/// after every live waiter. Each call of a queued waiter also keeps its entries alive. Queue
+/// writes use `pcall`: a Redis that cannot take them (out of memory, read-only) still answers
+/// busy, without a position.
 ///
 /// Everything is read before anything is written, so a held lock is reported busy whatever
 /// state Redis is in: out of memory, a read-only replica (a script without flags runs there
@@ -217,7 +228,7 @@ end
 /// loss (an older snapshot, a failover that lost the last bump, an expired counter) as long as
 /// the server clocks do not go back by more than the time between two acquisitions.
 ///
-/// When the key already holds this run's own value, an earlier attempt succeeded but its reply
+/// When a key already holds this run's own value, an earlier attempt succeeded but its reply
 /// was lost: ownership is confirmed, the TTL restarted and the fence of that attempt returned.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -225,209 +236,277 @@ pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         queue_lua!(),
         holders_lua!(),
         r#"
-local function bump_fence()
-  local bumped = redis.pcall('INCR', KEYS[2])
+local value = ARGV[1]
+local n = #ARGV - 6
+local function k(i, j) return KEYS[(i - 1) * 6 + j] end
+local record = KEYS[n * 6 + 1]
+local mine = kind_of(value)
+local limit = limit_of(mine)
+local function bump_fence(i)
+  local bumped = redis.pcall('INCR', k(i, 2))
   if type(bumped) == 'table' then return nil, bumped['err'] end
-  local fence = redis.call('GET', KEYS[2])
+  local fence = redis.call('GET', k(i, 2))
   local now = now_us()
   if less(fence, now) then
-    redis.call('SET', KEYS[2], now, 'PX', ARGV[3])
+    redis.call('SET', k(i, 2), now, 'PX', ARGV[3])
     return now
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', k(i, 2), ARGV[3])
   return fence
 end
-local function leave()
-  redis.pcall('ZREM', KEYS[3], ARGV[1])
-  redis.pcall('ZREM', KEYS[4], ARGV[1])
+local function leave_all()
+  for i = 1, n do
+    redis.pcall('ZREM', k(i, 3), value)
+    redis.pcall('ZREM', k(i, 4), value)
+  end
 end
-local function join(now)
+local function refused(reply)
+  return type(reply) == 'table' and reply['err'] ~= nil
+end
+local function counter(i)
+  local c = redis.pcall('GET', k(i, 5))
+  if type(c) ~= 'string' then return 0 end
+  return tonumber(c) or 0
+end
+-- Joins (or keeps alive) this run's entry in every key's queue, with one arrival number.
+-- → whether every entry is alive, and the arrival number (false: the queues refused it).
+local function join_all(now)
   if ARGV[4] ~= '1' then return false, false end
   local entry = tonumber(ARGV[5])
-  local seq = redis.call('ZSCORE', KEYS[3], ARGV[1])
-  if seq then
-    seq = tonumber(seq)
-  else
-    local before = tonumber(ARGV[7])
-    if before > 0 then
-      seq = before
-      if tonumber(redis.call('GET', KEYS[5]) or '0') < before then
-        if type(redis.pcall('SET', KEYS[5], before)) == 'table' then return false, false end
-      end
-    else
-      seq = redis.pcall('INCR', KEYS[5])
-      if type(seq) == 'table' then return false, false end
+  local seq = nil
+  for i = 1, n do
+    local s = redis.call('ZSCORE', k(i, 3), value)
+    if s then
+      seq = tonumber(s)
+      break
     end
-    if type(redis.pcall('ZADD', KEYS[3], seq, ARGV[1])) == 'table' then return false, false end
   end
-  if type(redis.pcall('ZADD', KEYS[4], now + entry, ARGV[1])) == 'table' then return false, seq end
-  -- The queue lives while someone keeps an entry alive; the arrival counter as long as the
-  -- fence counter, so that a waiter whose entry lapsed never shares its number with a newer one.
-  for i = 3, 4 do redis.pcall('PEXPIRE', KEYS[i], 2 * entry) end
-  redis.pcall('PEXPIRE', KEYS[5], ARGV[3])
-  return redis.call('ZRANK', KEYS[3], ARGV[1]) + 1, seq
+  if not seq then
+    seq = tonumber(ARGV[6])
+    if seq == 0 then
+      for i = 1, n do seq = math.max(seq, counter(i)) end
+      seq = seq + 1
+    end
+  end
+  local alive = true
+  for i = 1, n do
+    -- (A pcall'ed error is a table with `err`; so is SET's OK, a status reply.)
+    if counter(i) < seq and refused(redis.pcall('SET', k(i, 5), seq)) then return false, false end
+    if refused(redis.pcall('ZADD', k(i, 3), seq, value)) then return false, false end
+    if refused(redis.pcall('ZADD', k(i, 4), now + entry, value)) then alive = false end
+    -- The queue lives while someone keeps an entry alive; the arrival counter as long as the
+    -- fence counter, so that a waiter whose entry lapsed never shares its number with a newer one.
+    redis.pcall('PEXPIRE', k(i, 3), 2 * entry)
+    redis.pcall('PEXPIRE', k(i, 4), 2 * entry)
+    redis.pcall('PEXPIRE', k(i, 5), ARGV[3])
+  end
+  return alive, seq
 end
--- The names next to the lock must hold what the lock keeps there, or be absent.
-for i, expected in pairs({[3] = 'zset', [4] = 'zset', [6] = 'hash'}) do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'none' and t ~= expected then return {-1, t, KEYS[i]} end
+-- What key i says about this run, reading only (lapsed queue entries aside). → the state, or
+-- nil and the reply that ends the call.
+local function inspect(i, now)
+  local lock = k(i, 1)
+  local s = {t = redis.call('TYPE', lock)['ok'], holding = 0, pttl = 0}
+  if s.t == 'string' then
+    s.holder = redis.call('GET', lock)
+    if s.holder == value then
+      s.own = true
+      return s
+    end
+    s.pttl, s.holding = redis.call('PTTL', lock), 1
+  elseif s.t == 'zset' then
+    if not ours(lock) then return nil, {-1, s.t, lock} end
+    local own = redis.call('ZSCORE', lock, value)
+    if own and tonumber(own) > now then
+      s.own = true
+      return s
+    end
+    s.holding = live(lock, now)
+    if s.holding > 0 then
+      local ends
+      if mine == nil then s.holder, ends = latest(lock) else s.holder, ends = soonest(lock, now) end
+      s.held, s.pttl = kind_of(s.holder), ends - now
+    end
+  elseif s.t ~= 'none' then
+    return nil, {-1, s.t, lock}
+  end
+  if s.holder and family(s.held) ~= family(mine) then return nil, {-3, s.holder, 1, i} end
+  local first = first_live(k(i, 3), k(i, 4), now)
+  if first and first ~= value and family(kind_of(first)) ~= family(mine) then
+    return nil, {-3, first, 0, i}
+  end
+  s.admitted = s.t ~= 'string' and (limit == nil or s.holding < limit)
+  if not s.admitted then return s end
+  -- The first live waiter that comes before this run and for which `visit` is true.
+  local function ahead(visit)
+    local found = each_live(k(i, 3), k(i, 4), now, function(member)
+      return member == value or visit(member)
+    end)
+    if found == value then return nil end
+    return found
+  end
+  if mine == 'shared' then
+    s.blocker = ahead(function(member) return kind_of(member) == nil end)
+  else
+    local before = 0
+    s.blocker = ahead(function()
+      before = before + 1
+      return before >= limit - s.holding
+    end)
+  end
+  -- A holder running the same --idempotency-key (it belongs to the first key): wait for it
+  -- (then its record says it is done).
+  if not s.blocker and record and i == 1 and s.holding > 0 then
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', lock, '(' .. now, '+inf')) do
+      local entry = redis.call('HGET', k(i, 6), member)
+      if entry and string.sub(entry, (string.find(entry, ' ', 1, true) or #entry) + 1) == record then
+        s.same = member
+        break
+      end
+    end
+  end
+  return s
 end
-local record = KEYS[7]
+-- Takes back what this call may have taken at key i (when a later fence cannot be bumped).
+local function untake(i)
+  local lock = k(i, 1)
+  local t = redis.call('TYPE', lock)['ok']
+  if t == 'string' and redis.call('GET', lock) == value then redis.call('DEL', lock) end
+  if t == 'zset' then
+    redis.pcall('ZREM', lock, value)
+    redis.pcall('HDEL', k(i, 6), value)
+  end
+end
+
+-- The names next to each lock must hold what the lock keeps there, or be absent.
+for i = 1, n do
+  for j, expected in pairs({[3] = 'zset', [4] = 'zset', [6] = 'hash'}) do
+    local t = redis.call('TYPE', k(i, j))['ok']
+    if t ~= 'none' and t ~= expected then return {-1, t, k(i, j)} end
+  end
+end
 if record then
   local done = redis.call('GET', record)
   if done then
-    if redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-      leave()
-      wake_ready(KEYS[1], KEYS[3], KEYS[4], ARGV[6])
+    if redis.call('ZSCORE', k(1, 3), value) then
+      leave_all()
+      for i = 1, n do wake_ready(k(i, 1), k(i, 3), k(i, 4), ARGV[6 + i]) end
     end
     return {2, done}
   end
 end
-local mine = kind_of(ARGV[1])
 local now = now_ms()
-local t = redis.call('TYPE', KEYS[1])['ok']
--- The holder this run waits for, when someone holds: its value, kind and time left.
-local holder, held, pttl, holding = false, nil, 0, 0
-if t == 'string' then
-  holder = redis.call('GET', KEYS[1])
-  if holder == ARGV[1] then
-    leave()
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
-    local fence = redis.call('GET', KEYS[2])
-    if not canonical(fence) then
-      local err
-      fence, err = bump_fence()
-      if not fence then
-        redis.call('DEL', KEYS[1])
-        return {-2, err}
+local ttl = tonumber(ARGV[2])
+local st = {}
+local granted = true
+for i = 1, n do
+  local s, reply = inspect(i, now)
+  if not s then
+    if reply[1] == -3 then leave_all() end
+    return reply
+  end
+  st[i] = s
+  granted = granted and (s.own or (s.admitted and not s.blocker and not s.same))
+end
+if granted then
+  local fences = {1}
+  for i = 1, n do
+    local s, lock = st[i], k(i, 1)
+    local fence, err
+    if s.own and s.t == 'string' then
+      redis.call('PEXPIRE', lock, ttl)
+      fence = redis.call('GET', k(i, 2))
+      if not canonical(fence) then fence, err = bump_fence(i) end
+    elseif s.own then
+      extend(lock, k(i, 6), value, now + ttl, now)
+      fence = string.match(redis.call('HGET', k(i, 6), value) or '', '^%S+')
+      if not canonical(fence) then
+        fence, err = bump_fence(i)
+        if fence then holds(k(i, 6), value, fence, i == 1 and record) end
+      end
+    else
+      fence, err = bump_fence(i)
+      if fence and mine == nil then
+        if s.t == 'zset' then redis.call('DEL', lock, k(i, 6)) end
+        redis.call('SET', lock, value, 'PX', ttl)
+      elseif fence then
+        prune(lock, k(i, 6), now)
+        redis.call('ZADD', lock, now + ttl, value)
+        holds(k(i, 6), value, fence, i == 1 and record)
+        extend(lock, k(i, 6), value, now + ttl, now)
       end
     end
-    return {1, fence}
-  end
-  pttl, holding = redis.call('PTTL', KEYS[1]), 1
-elseif t == 'zset' then
-  if not ours(KEYS[1]) then return {-1, t} end
-  local own = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if own and tonumber(own) > now then
-    leave()
-    extend(KEYS[1], KEYS[6], ARGV[1], now + tonumber(ARGV[2]), now)
-    local fence = string.match(redis.call('HGET', KEYS[6], ARGV[1]) or '', '^%S+')
-    if not canonical(fence) then
-      local err
-      fence, err = bump_fence()
-      if not fence then
-        redis.call('ZREM', KEYS[1], ARGV[1])
-        return {-2, err}
-      end
-      holds(KEYS[6], ARGV[1], fence, record)
+    if not fence then
+      -- Nothing is left half-taken.
+      for j = 1, i do untake(j) end
+      return {-2, err, i}
     end
-    return {1, fence}
+    table.insert(fences, fence)
   end
-  holding = live(KEYS[1], now)
-  if holding > 0 then
-    local ends
-    if mine == nil then holder, ends = latest(KEYS[1]) else holder, ends = soonest(KEYS[1], now) end
-    held, pttl = kind_of(holder), ends - now
-  end
-elseif t ~= 'none' then
-  return {-1, t}
+  leave_all()
+  return fences
 end
-if holder and family(held) ~= family(mine) then
-  leave()
-  return {-3, holder, 1}
+-- Not now: queue up at every key, and name the first key that holds the run off (a held one
+-- before one where waiters come first).
+local alive, arrival = join_all(now)
+local function holds_off(s, why)
+  if s.own then return false end
+  if why == 'held' then return not s.admitted end
+  if why == 'same' then return s.same ~= nil end
+  return s.blocker ~= nil
 end
-local first = first_live(KEYS[3], KEYS[4], now)
-if first and first ~= ARGV[1] and family(kind_of(first)) ~= family(mine) then
-  leave()
-  return {-3, first, 0}
-end
--- The first live waiter that comes before this run and for which `visit` is true.
-local function ahead(visit)
-  local found = each_live(KEYS[3], KEYS[4], now, function(member)
-    return member == ARGV[1] or visit(member)
-  end)
-  if found == ARGV[1] then return nil end
-  return found
-end
-local limit = limit_of(mine)
-local admitted = t ~= 'string' and (limit == nil or holding < limit)
-local blocker = nil
-if admitted then
-  if mine == 'shared' then
-    blocker = ahead(function(member) return kind_of(member) == nil end)
-  else
-    local before = 0
-    blocker = ahead(function()
-      before = before + 1
-      return before >= limit - holding
-    end)
+local at = nil
+for _, why in ipairs({'held', 'same', 'blocker'}) do
+  for i = 1, n do
+    if not at and holds_off(st[i], why) then at = i end
   end
 end
--- A holder running the same --idempotency-key: wait for it (then its record says it is done).
-local same = nil
-if admitted and not blocker and record and holding > 0 then
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
-    local entry = redis.call('HGET', KEYS[6], member)
-    if entry and string.sub(entry, (string.find(entry, ' ', 1, true) or #entry) + 1) == record then
-      same = member
-      break
-    end
-  end
+local s = st[at]
+local position = false
+if arrival and alive then position = redis.call('ZRANK', k(at, 3), value) + 1 end
+if s.same then
+  return {0, tonumber(redis.call('ZSCORE', k(at, 1), s.same)) - now, s.same, position, arrival, s.holding, 1, at}
 end
-if admitted and not blocker and not same then
-  local fence, err = bump_fence()
-  if not fence then return {-2, err} end
-  if mine == nil then
-    if t == 'zset' then redis.call('DEL', KEYS[1], KEYS[6]) end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  else
-    prune(KEYS[1], KEYS[6], now)
-    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-    holds(KEYS[6], ARGV[1], fence, record)
-    extend(KEYS[1], KEYS[6], ARGV[1], now + tonumber(ARGV[2]), now)
-  end
-  leave()
-  return {1, fence}
-end
-local position, arrival = join(now)
-if same then
-  return {0, tonumber(redis.call('ZSCORE', KEYS[1], same)) - now, same, position, arrival, holding, 1}
-end
-if not admitted then return {0, pttl, holder, position, arrival, holding, 0} end
-return {3, blocker, position, arrival}
+if not s.admitted then return {0, s.pttl, s.holder, position, arrival, s.holding, 0, at} end
+return {3, s.blocker, position, arrival, at}
 "#
     ))
 });
 
-/// KEYS: lock, holders. ARGV: value, ttl ms. → 1 extended, 0 not ours (never re-creates a
-/// missing key or a lapsed holder).
+/// KEYS: two for each lock key (lock, holders). ARGV: value, ttl ms. → `{1}` every key
+/// extended; `{0, key}` that key (its index, from 1) no longer holds our value (never
+/// re-creates a missing key or a lapsed holder): the lock is lost, whatever the others say.
 pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         queue_lua!(),
         holders_lua!(),
         r#"
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-if t == 'zset' then
-  local now = now_ms()
-  local own = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if own and tonumber(own) > now then
-    extend(KEYS[1], KEYS[2], ARGV[1], now + tonumber(ARGV[2]), now)
-    return 1
+local now = nil
+for i = 1, #KEYS / 2 do
+  local lock, h = KEYS[2 * i - 1], KEYS[2 * i]
+  local t = redis.call('TYPE', lock)['ok']
+  if t == 'string' and redis.call('GET', lock) == ARGV[1] then
+    redis.call('PEXPIRE', lock, ARGV[2])
+  elseif t == 'zset' then
+    now = now or now_ms()
+    local own = redis.call('ZSCORE', lock, ARGV[1])
+    if not (own and tonumber(own) > now) then return {0, i} end
+    extend(lock, h, ARGV[1], now + tonumber(ARGV[2]), now)
+  else
+    return {0, i}
   end
 end
-return 0
+return {1}
 "#
     ))
 });
 
-/// KEYS: lock, queue, queue expiry, holders[, success record]. ARGV: value, release channel,
-/// keep ms, announce always ("1" for a Redlock quorum, whose waiters listen on one node only),
-/// record value, record ttl ms, wake prefix.
-/// → `{1, recorded}` deleted (and the waiters that can now hold woken, and the release
-///   announced); `{2, recorded}` kept for `keep ms` more (`--min-hold`); `{0, recorded}` not
+/// KEYS: four for each lock key (lock, queue, queue expiry, holders), then the success record
+/// if any. ARGV: value, keep ms, announce always ("1" for a Redlock quorum, whose waiters
+/// listen on one node only), record value, record ttl ms, then each key's release channel and
+/// wake prefix.
+/// → `{recorded, outcome, …}`, one outcome per key: 1 deleted (and the waiters that can now
+///   hold woken, and the release announced); 2 kept for `keep ms` more (`--min-hold`); 0 not
 ///   ours, left untouched. The success record, when a key is given, is written whoever holds
 ///   the lock: the command did succeed. `recorded` is the error writing it, or 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -435,57 +514,69 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         queue_lua!(),
         holders_lua!(),
         r#"
+local n = (#ARGV - 5) / 2
+local value, keep = ARGV[1], tonumber(ARGV[2])
 local recorded = 0
-if KEYS[5] then
-  local ok = redis.pcall('SET', KEYS[5], ARGV[5], 'PX', ARGV[6])
+if KEYS[4 * n + 1] then
+  local ok = redis.pcall('SET', KEYS[4 * n + 1], ARGV[4], 'PX', ARGV[5])
   if type(ok) == 'table' and ok['err'] then recorded = ok['err'] end
 end
-local keep = tonumber(ARGV[3])
-local t = redis.call('TYPE', KEYS[1])['ok']
-local released = false
-if t == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
-  if keep > 0 then
-    redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return {2, recorded}
-  end
-  redis.call('DEL', KEYS[1])
-  released = true
-elseif t == 'zset' then
-  local now = now_ms()
-  local own = redis.call('ZSCORE', KEYS[1], ARGV[1])
-  if own and tonumber(own) > now then
+local outcomes = {recorded}
+for i = 1, n do
+  local lock, q, e, h = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  local channel, prefix = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local t = redis.call('TYPE', lock)['ok']
+  local outcome = 0
+  if t == 'string' and redis.call('GET', lock) == value then
     if keep > 0 then
-      extend(KEYS[1], KEYS[4], ARGV[1], now + keep, now)
-      return {2, recorded}
+      redis.call('PEXPIRE', lock, keep)
+      outcome = 2
+    else
+      redis.call('DEL', lock)
+      outcome = 1
     end
-    redis.call('ZREM', KEYS[1], ARGV[1])
-    redis.call('HDEL', KEYS[4], ARGV[1])
-    released = true
+  elseif t == 'zset' then
+    local now = now_ms()
+    local own = redis.call('ZSCORE', lock, value)
+    if own and tonumber(own) > now then
+      if keep > 0 then
+        extend(lock, h, value, now + keep, now)
+        outcome = 2
+      else
+        redis.call('ZREM', lock, value)
+        redis.call('HDEL', h, value)
+        outcome = 1
+      end
+    end
+    prune(lock, h, now)
   end
-  prune(KEYS[1], KEYS[4], now)
+  if outcome == 1 then
+    -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
+    wake_ready(lock, q, e, prefix)
+    redis.pcall('PUBLISH', channel, 'released')
+  elseif outcome == 0 and ARGV[3] == '1' then
+    redis.pcall('PUBLISH', channel, 'released')
+  end
+  table.insert(outcomes, outcome)
 end
-if released then
-  -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
-  wake_ready(KEYS[1], KEYS[2], KEYS[3], ARGV[7])
-  redis.pcall('PUBLISH', ARGV[2], 'released')
-  return {1, recorded}
-end
-if ARGV[4] == '1' then redis.pcall('PUBLISH', ARGV[2], 'released') end
-return {0, recorded}
+return outcomes
 "#
     ))
 });
 
-/// KEYS: lock, queue, queue expiry. ARGV: value, wake prefix. A waiter gives up its place (its
-/// `--wait` ran out, or it was signalled); the waiters that can now hold are woken, in case
-/// this one had been told its turn had come. → 1.
+/// KEYS: three for each lock key (lock, queue, queue expiry). ARGV: value, then each key's wake
+/// prefix. A waiter gives up its places (its `--wait` ran out, or it was signalled); the
+/// waiters that can now hold are woken, in case this one had been told its turn had come. → 1.
 pub static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         queue_lua!(),
         r#"
-redis.pcall('ZREM', KEYS[2], ARGV[1])
-redis.pcall('ZREM', KEYS[3], ARGV[1])
-wake_ready(KEYS[1], KEYS[2], KEYS[3], ARGV[2])
+for i = 1, #KEYS / 3 do
+  local lock, q, e = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  redis.pcall('ZREM', q, ARGV[1])
+  redis.pcall('ZREM', e, ARGV[1])
+  wake_ready(lock, q, e, ARGV[1 + i])
+end
 return 1
 "#
     ))
@@ -597,16 +688,19 @@ return dropped
     ))
 });
 
-/// KEYS: fence. ARGV: fence, fence ttl ms. Redlock: raises a node's fence counter to the fence
-/// handed to the command (never lowers it; compared exactly, as decimal strings), so that any
-/// later majority, which shares a node with this one, hands out a higher fence. → 1.
+/// KEYS: the fence counter of each key. ARGV: fence ttl ms, then each key's fence. Redlock:
+/// raises a node's fence counters to the fences handed to the command (never lowers one;
+/// compared exactly, as decimal strings), so that any later majority, which shares a node with
+/// this one, hands out higher fences. → 1.
 pub static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         fence_lua!(),
         r#"
-local current = redis.call('GET', KEYS[1])
-if not canonical(current) or less(current, ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+for i, counter in ipairs(KEYS) do
+  local current = redis.call('GET', counter)
+  if not canonical(current) or less(current, ARGV[i + 1]) then
+    redis.call('SET', counter, ARGV[i + 1], 'PX', ARGV[1])
+  end
 end
 return 1
 "#

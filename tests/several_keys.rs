@@ -1,0 +1,242 @@
+//! Several keys at once (README § Several keys at once): `--key A --key B` holds every key or
+//! none, taken together in one step, so that there is no order to get wrong and nothing to
+//! deadlock; waiters queue at every key in one order; the loss of any key stops the command.
+//! (Keys in several slots of a Cluster: `tests/topologies.rs`, which has a Cluster.)
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn keys_args(keys: &[&str]) -> Vec<String> {
+    keys.iter().flat_map(|k| ["--key".to_owned(), (*k).to_owned()]).collect()
+}
+
+/// A run of `keys` that holds until `go` exists (bounded), once it holds all of them.
+fn holder(redis: &RedisServer, keys: &[&str], go: &Path) -> Child {
+    let child = redlock(redis)
+        .args(keys_args(keys))
+        .args(["--", "sh", "-c"])
+        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .env("GO", go)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(
+        wait_until(Duration::from_secs(10), || keys.iter().all(|k| redis.exists(k.as_bytes()))),
+        "the holder took {keys:?}"
+    );
+    child
+}
+
+#[test]
+fn a_busy_key_leaves_none_of_the_others_held() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let a = holder(&redis, &["A"], &go);
+    let r = run(redlock(&redis).args(keys_args(&["B", "A"])).args(["--", "true"]), LIMIT);
+    assert_eq!(r.code, 75, "{}", r.stderr);
+    assert!(r.stderr.contains("lock \"A\" is busy: held by"), "the busy key and its holder: {}", r.stderr);
+    assert!(!redis.exists(b"B"), "B was not left held");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    // Now both are free: the run takes both, each with its own fence, and lets both go.
+    let r = run(
+        redlock(&redis).args(keys_args(&["B", "A"])).args([
+            "--",
+            "sh",
+            "-c",
+            "echo \"$REDLOCK_LOCK_KEY|$REDLOCK_FENCE|$REDLOCK_KEYS|$REDLOCK_FENCES\"",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = String::from_utf8_lossy(&r.stdout);
+    let [key, fence, keys, fences] = out.trim().split('|').collect::<Vec<_>>()[..] else { panic!("{out}") };
+    assert_eq!((key, keys), ("B", "B A"));
+    let fences: Vec<u64> = fences.split(' ').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(fences.len(), 2);
+    assert_eq!(fence, fences[0].to_string(), "REDLOCK_FENCE is the first key's");
+    let counter = |k: &str| -> u64 {
+        let v: String = redis.cmd(&[b"GET", format!("{{{k}}}:fence").as_bytes()]);
+        v.parse().unwrap()
+    };
+    assert_eq!((counter("B"), counter("A")), (fences[0], fences[1]), "each key's own fence counter");
+    assert!(!redis.exists(b"A") && !redis.exists(b"B"), "both released");
+}
+
+/// 24 runs over random pairs of three keys, each pair in a random order, all waiting: every
+/// run finishes (no deadlock) and no two runs that share a key overlap.
+#[test]
+fn runs_over_pairs_of_keys_in_any_order_never_deadlock_or_overlap() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let out = file(&dir, "out");
+    let names = ["k1", "k2", "k3"];
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let runs: Vec<(Vec<&str>, Child)> = (0..24)
+        .map(|i| {
+            let a = (next() % 3) as usize;
+            let b = (a + 1 + (next() % 2) as usize) % 3;
+            let pair = vec![names[a], names[b]];
+            let child = redlock(&redis)
+                .args(keys_args(&pair))
+                .args(["--wait", "50s", "--", "sh", "-c"])
+                .arg("echo \"+ $I $REDLOCK_KEYS\" >> \"$OUT\"; sleep 0.05; echo \"- $I\" >> \"$OUT\"")
+                .env("I", i.to_string())
+                .env("OUT", &out)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            (pair, child)
+        })
+        .collect();
+    for (pair, child) in runs {
+        let o = wait_output(child, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{pair:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    let log = std::fs::read_to_string(&out).unwrap();
+    let mut running: Vec<(String, Vec<String>)> = Vec::new();
+    let mut started = 0;
+    for line in log.lines() {
+        let mut words = line.split(' ');
+        let (sign, i) = (words.next().unwrap(), words.next().unwrap().to_owned());
+        if sign == "+" {
+            let keys: Vec<String> = words.map(str::to_owned).collect();
+            for (other, theirs) in &running {
+                assert!(
+                    !keys.iter().any(|k| theirs.contains(k)),
+                    "run {i} {keys:?} overlapped run {other} {theirs:?}"
+                );
+            }
+            running.push((i, keys));
+            started += 1;
+        } else {
+            running.retain(|(r, _)| *r != i);
+        }
+    }
+    assert_eq!(started, 24);
+    for k in names {
+        assert!(!redis.exists(k.as_bytes()), "{k} left held");
+    }
+}
+
+#[test]
+fn losing_any_one_key_stops_the_command() {
+    let redis = RedisServer::start();
+    let mut run_ = redlock(&redis)
+        .args(keys_args(&["L1", "L2"]))
+        .args(["--ttl", "2s", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"L1") && redis.exists(b"L2")));
+    let url = redis.url();
+    let r = run(wrapper().args(["release", "--force", "--redis-url", &url, "--key", "L2"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(wait_bounded(&mut run_, LIMIT).code(), Some(125));
+    assert!(!redis.exists(b"L1"), "the key it still held was released");
+}
+
+#[test]
+fn a_waiter_wakes_when_the_last_of_its_keys_is_released() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go_a, go_b) = (file(&dir, "go-a"), file(&dir, "go-b"));
+    let a = holder(&redis, &["W1"], &go_a);
+    let b = holder(&redis, &["W2"], &go_b);
+    let waiter = redlock(&redis)
+        .args(keys_args(&["W1", "W2"]))
+        .args(["--wait", "20s", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let queued = |k: &str| redis.cmd::<u64>(&[b"ZCARD", format!("{{{k}}}:queue").as_bytes()]) == 1;
+    assert!(wait_until(Duration::from_secs(10), || queued("W1") && queued("W2")), "queued at both keys");
+    // A run for W1 alone comes after the waiter, which came first: it is busy.
+    std::fs::write(&go_a, "").unwrap();
+    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    let r = run(redlock(&redis).args(["--key", "W1", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 75, "W1 is promised to the waiter: {}", r.stderr);
+    assert!(!redis.exists(b"W1"), "the waiter holds nothing while W2 is held");
+    std::fs::write(&go_b, "").unwrap();
+    assert_eq!(wait_output(b, LIMIT).status.code(), Some(0));
+    let o = wait_output(waiter, LIMIT);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several() {
+    let redis = RedisServer::start();
+    for (keys, says) in
+        [(&["D", "D"][..], "is given more than once"), (&["D", "with space"][..], "contains whitespace")]
+    {
+        let r = run(redlock(&redis).args(keys_args(keys)).args(["--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{keys:?}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{keys:?}: {}", r.stderr);
+    }
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let h = holder(&redis, &["S1"], &go);
+    let url = redis.url();
+    let status = run(wrapper().args(["status", "--redis-url", &url]).args(keys_args(&["S1", "S2"])), LIMIT);
+    assert_eq!(status.code, 1, "one of them is free: {}", status.stderr);
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains("lock \"S1\": held by") && text.contains("lock \"S2\": free"), "{text}");
+    let json =
+        run(wrapper().args(["status", "--redis-url", &url, "--json"]).args(keys_args(&["S1", "S2"])), LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(v["keys"][0]["held"], true, "{v}");
+    assert_eq!(v["keys"][1]["held"], false, "{v}");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_output(h, LIMIT).status.code(), Some(0));
+}
+
+#[test]
+fn the_idempotency_record_belongs_to_the_first_key() {
+    let redis = RedisServer::start();
+    let args = |keys: &[&str]| {
+        let mut c = redlock(&redis);
+        c.args(keys_args(keys)).args(["--idempotency-key", "day", "--", "true"]);
+        c
+    };
+    assert_eq!(run(&mut args(&["I1", "I2"]), LIMIT).code, 0);
+    assert!(redis.exists(b"{I1}:done:day") && !redis.exists(b"{I2}:done:day"));
+    let again = run(&mut args(&["I1", "I3"]), LIMIT);
+    assert_eq!(again.code, 0);
+    assert!(again.stderr.contains("already succeeded"), "{}", again.stderr);
+}
+
+#[test]
+fn a_redlock_quorum_takes_every_key_on_a_majority() {
+    let masters: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = masters.iter().flat_map(|m| ["--redis-url".to_owned(), m.url()]).collect();
+    // One node already holds B for someone else: the others grant both keys, a majority.
+    masters[0].cmd::<()>(&[b"SET", b"B", b"someone", b"PX", b"60000"]);
+    let r = run(
+        wrapper().args(&urls).args(keys_args(&["A", "B"])).args(["--", "sh", "-c", "echo $REDLOCK_FENCES"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(String::from_utf8_lossy(&r.stdout).trim().split(' ').count(), 2);
+    assert!(!masters[0].exists(b"A"), "the node that could not grant both took neither");
+    // Two nodes hold B: no majority for the pair, and nothing is left held.
+    masters[1].cmd::<()>(&[b"SET", b"B", b"someone", b"PX", b"60000"]);
+    let r = run(wrapper().args(&urls).args(keys_args(&["A", "B"])).args(["--", "true"]), LIMIT);
+    assert_eq!(r.code, 75, "{}", r.stderr);
+    for m in &masters {
+        assert!(!m.exists(b"A"), "A left held");
+    }
+}
