@@ -218,7 +218,9 @@ fn busy(config: &Config, found: &Acquired) -> Error {
         Acquired::Busy { key, .. } | Acquired::Queued { key, .. } => *key,
         _ => 0,
     };
-    let name = show_key(config.keys.get(at).unwrap_or(&config.key));
+    let busy = config.keys.get(at).unwrap_or(&config.key);
+    let name = show_key(busy);
+    let busy_key = busy.escape_ascii().to_string();
     let describe = |value: &[u8]| Holder::parse(value).map(|h| (h.describe(), h.kind));
     let (pttl, holder, holding, same_id) = match found {
         Acquired::Busy { pttl, holder, holding, same_id, .. } => (*pttl, holder, *holding, *same_id),
@@ -237,6 +239,7 @@ fn busy(config: &Config, found: &Acquired) -> Error {
             };
             return Error::Busy {
                 message,
+                key: busy_key,
                 holder: format!("queued: {who}"),
                 expires_in: None,
                 code: config.busy_exit_code,
@@ -266,6 +269,7 @@ fn busy(config: &Config, found: &Acquired) -> Error {
     };
     Error::Busy {
         message: format!("lock {name} is {state}: {held}; {left}"),
+        key: busy_key,
         holder: who,
         expires_in: pttl,
         code: config.busy_exit_code,

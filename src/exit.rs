@@ -37,7 +37,8 @@ pub enum Error {
     /// the value is not a redlock-run one), its time left (`None`: it never expires) and the
     /// status to exit with (`--busy-exit-code`).
     #[error("{message}")]
-    Busy { message: String, holder: String, expires_in: Option<Duration>, code: u8 },
+    /// `key`: the busy one (of several, the first that was), for the JSON error line.
+    Busy { message: String, key: String, holder: String, expires_in: Option<Duration>, code: u8 },
     #[error("cannot run {command}: {reason}")]
     Spawn { command: String, reason: String, code: u8 },
     /// A signal arrived before the command was started.

@@ -82,9 +82,11 @@ pub fn main() -> ExitCode {
 /// also carries the status, the key and, for a busy lock, its holder and time left.
 fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitCode {
     let exit_status = e.code();
-    let (holder, expires_in) = match &e {
-        exit::Error::Busy { holder, expires_in, .. } => (Some(holder.as_str()), *expires_in),
-        _ => (None, None),
+    let (key, holder, expires_in) = match &e {
+        exit::Error::Busy { key, holder, expires_in, .. } => {
+            (Some(key.as_str()), Some(holder.as_str()), *expires_in)
+        }
+        _ => (key, None, None),
     };
     tracing::error!(
         exit_status = format.json_only(exit_status),

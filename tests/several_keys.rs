@@ -44,6 +44,10 @@ fn a_busy_key_leaves_none_of_the_others_held() {
     assert_eq!(r.code, 75, "{}", r.stderr);
     assert!(r.stderr.contains("lock \"A\" is busy: held by"), "the busy key and its holder: {}", r.stderr);
     assert!(!redis.exists(b"B"), "B was not left held");
+    let json =
+        run(redlock(&redis).args(keys_args(&["B", "A"])).args(["--log-format", "json", "--", "true"]), LIMIT);
+    let line: serde_json::Value = serde_json::from_str(json.stderr.lines().last().unwrap()).expect("JSON");
+    assert_eq!(line["key"], "A", "the JSON error line names the busy key: {line}");
     std::fs::write(&go, "").unwrap();
     assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
     // Now both are free: the run takes both, each with its own fence, and lets both go.
