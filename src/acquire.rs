@@ -87,14 +87,16 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
             Ok(busy_now @ (Acquired::Busy { .. } | Acquired::Queued { .. })) => {
                 outage_failures = 0;
                 answered = false;
-                let (pttl, position) = match busy_now {
-                    Acquired::Busy { pttl, position, .. } => (pttl, position),
-                    Acquired::Queued { position, .. } => (None, position),
-                    Acquired::Yes { .. } | Acquired::AlreadyDone { .. } => (None, None),
+                let (pttl, position, at) = match busy_now {
+                    Acquired::Busy { pttl, position, key, .. } => (pttl, position, key),
+                    Acquired::Queued { position, key, .. } => (None, position, key),
+                    Acquired::Yes { .. } | Acquired::AlreadyDone { .. } => (None, None, 0),
                 };
                 if queue_position.is_none() && position.is_some() {
                     queue_position = position;
-                    tracing::info!(key = %config.key.escape_ascii(), position, "queued for the lock");
+                    // The place at the key that held the run off (of several, the first).
+                    let key = config.keys.get(at).unwrap_or(&config.key);
+                    tracing::info!(key = %key.escape_ascii(), position, "queued for the lock");
                 }
                 if now >= wait_until {
                     leave(lock, queued).await;

@@ -189,7 +189,7 @@ impl Invocation {
         match cli.action {
             None => Config::from_cli(cli).map(Invocation::Run),
             Some(Action::Status(a)) => Ok(Invocation::Status {
-                keys: keys(&a.key)?,
+                keys: keys(&a.key, false)?,
                 json: a.json,
                 redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                 output: output(&a.output),
@@ -212,7 +212,7 @@ impl Invocation {
                     )));
                 }
                 Ok(Invocation::Release {
-                    keys: keys(&a.key)?,
+                    keys: keys(&a.key, false)?,
                     holder: a.holder.map(|p| p.to_ascii_lowercase()),
                     json: a.json,
                     redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
@@ -276,14 +276,25 @@ pub const WRAPPER_VARIABLES: [&str; 30] = [
     "REDLOCK_WAIT",
 ];
 
+/// The most keys one run holds: the script that takes them all checks each (about 6 µs a key
+/// in Redis), and must stay far inside the shortest request timeout.
+pub const MAX_KEYS: usize = 100;
+
 /// The longest lock key: the command gets it in its environment (`REDLOCK_LOCK_KEY=…`), and Linux
 /// limits one environment string to 128 KiB (MAX_ARG_STRLEN); half of that always fits.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
 
 /// `--key`, once or more (clap has made sure that it is there), in the order given.
-fn keys(arg: &KeyArg) -> Result<Vec<Vec<u8>>, Error> {
+fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
     if arg.value.is_empty() {
         return Err(usage("--key is required"));
+    }
+    if arg.value.len() > MAX_KEYS {
+        return Err(usage(format!(
+            "--key is given {} times; a run holds at most {MAX_KEYS} keys (the script that takes them \
+             all must stay well inside one request's time limit)",
+            arg.value.len()
+        )));
     }
     let mut keys: Vec<Vec<u8>> = Vec::with_capacity(arg.value.len());
     for raw in &arg.value {
@@ -297,10 +308,20 @@ fn keys(arg: &KeyArg) -> Result<Vec<Vec<u8>>, Error> {
                 crate::lock::show_key(raw)
             )));
         }
-        if arg.value.len() > 1 && raw.iter().any(u8::is_ascii_whitespace) {
+        // Keys whose stored names coincide (`a` and `{a}`), or a key that is another's stored
+        // name (`{a}:fence`), would take one lock twice.
+        if let Some(other) = keys.iter().find(|k| collide(k, raw)) {
             return Err(usage(format!(
-                "--key {} contains whitespace: with several keys, the command gets them separated by \
-                 spaces (REDLOCK_KEYS), so none may contain any",
+                "--key {} and --key {} share the names stored next to them ({}); they are one lock",
+                crate::lock::show_key(other),
+                crate::lock::show_key(raw),
+                crate::lock::show_key(&crate::lock::Keys::new(raw).fence)
+            )));
+        }
+        if for_run && arg.value.len() > 1 && splits(raw) {
+            return Err(usage(format!(
+                "--key {} contains whitespace or a control character: with several keys, the command \
+                 gets them separated by spaces (REDLOCK_KEYS), so none may contain any",
                 crate::lock::show_key(raw)
             )));
         }
@@ -315,6 +336,20 @@ fn keys(arg: &KeyArg) -> Result<Vec<Vec<u8>>, Error> {
         )));
     }
     Ok(keys)
+}
+
+/// Whether two keys would share what is stored next to them, or one is stored next to the
+/// other.
+fn collide(a: &[u8], b: &[u8]) -> bool {
+    let (ka, kb) = (crate::lock::Keys::new(a), crate::lock::Keys::new(b));
+    ka.fence == kb.fence || ka.stores(b) || kb.stores(a)
+}
+
+/// Whether a key would not survive being split at whitespace: any space or control byte, or
+/// Unicode whitespace (NBSP and the like, which splitting in Python or awk also honours).
+fn splits(key: &[u8]) -> bool {
+    key.iter().any(|&b| b <= b' ' || b == 0x7f)
+        || String::from_utf8_lossy(key).chars().any(char::is_whitespace)
 }
 
 fn output(args: &OutputArgs) -> Output {
@@ -533,7 +568,7 @@ pub struct Config {
 
 impl Config {
     fn from_cli(cli: Cli) -> Result<Self, Error> {
-        let keys = keys(&cli.key)?;
+        let keys = keys(&cli.key, true)?;
         let key = keys[0].clone();
         let ttl = duration("--ttl", &cli.ttl)?;
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.

@@ -20,8 +20,19 @@ pub async fn status(keys: &[Vec<u8>], json: bool, redis: &RedisConfig) -> Result
     let mut outs = Vec::new();
     let mut unknown = None;
     let mut all_held = true;
-    for key in keys {
-        let (state, out, unreachable) = status_of(key, json, redis).await?;
+    // Every key is read (at once), whatever happens to another.
+    let results = futures_util::future::join_all(keys.iter().map(|k| status_of(k, json, redis))).await;
+    for (key, result) in keys.iter().zip(results) {
+        let (state, out, unreachable) = match result {
+            Ok(answer) => answer,
+            Err(e) if keys.len() > 1 => {
+                outs.push(failed_key(key, &e, json));
+                all_held = false;
+                unknown.get_or_insert(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         all_held &= state == Some(true);
         if state.is_none() {
             unknown.get_or_insert_with(|| {
@@ -329,10 +340,22 @@ pub async fn release(
 ) -> Result<u8, Error> {
     let mut outs = Vec::new();
     let mut any = false;
-    for key in keys {
-        let (released, out) = release_of(key, prefix, json, redis).await?;
-        any |= released;
-        outs.push(out);
+    let mut failure = None;
+    // Every key is tried (at once), whatever happens to another; each is reported.
+    let results =
+        futures_util::future::join_all(keys.iter().map(|k| release_of(k, prefix, json, redis))).await;
+    for (key, result) in keys.iter().zip(results) {
+        match result {
+            Ok((released, out)) => {
+                any |= released;
+                outs.push(out);
+            }
+            Err(e) if keys.len() > 1 => {
+                outs.push(failed_key(key, &e, json));
+                failure.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     let out = match outs.len() {
         1 if json => format!("{}\n", outs.remove(0)),
@@ -341,7 +364,20 @@ pub async fn release(
         _ => outs.iter().filter_map(|o| o.as_str()).collect::<Vec<_>>().concat(),
     };
     print_out(&out)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
     Ok(if any { 0 } else { FREE })
+}
+
+/// What `status` or `release` prints for a key of several that failed (the run's exit status
+/// is then that failure's).
+fn failed_key(key: &[u8], e: &Error, json: bool) -> serde_json::Value {
+    if json {
+        serde_json::json!({ "version": JSON_VERSION, "key": String::from_utf8_lossy(key), "error": e.to_string() })
+    } else {
+        serde_json::Value::String(format!("lock {}: error: {e}\n", show_key(key)))
+    }
 }
 
 /// One key's forced release: whether something was released, and what to print (the JSON

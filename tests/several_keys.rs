@@ -140,7 +140,7 @@ fn runs_over_pairs_of_keys_in_any_order_never_deadlock_or_overlap() {
 #[test]
 fn losing_any_one_key_stops_the_command() {
     let redis = RedisServer::start();
-    let mut run_ = redlock(&redis)
+    let run_ = redlock(&redis)
         .args(keys_args(&["L1", "L2"]))
         .args(["--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::piped())
@@ -150,7 +150,13 @@ fn losing_any_one_key_stops_the_command() {
     let url = redis.url();
     let r = run(wrapper().args(["release", "--force", "--redis-url", &url, "--key", "L2"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(wait_bounded(&mut run_, LIMIT).code(), Some(125));
+    let o = wait_output(run_, LIMIT);
+    assert_eq!(o.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("this key no longer holds this run's value key=L2"),
+        "the lost key is named: {stderr}"
+    );
     assert!(!redis.exists(b"L1"), "the key it still held was released");
 }
 
@@ -184,9 +190,18 @@ fn a_waiter_wakes_when_the_last_of_its_keys_is_released() {
 #[test]
 fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several() {
     let redis = RedisServer::start();
-    for (keys, says) in
-        [(&["D", "D"][..], "is given more than once"), (&["D", "with space"][..], "contains whitespace")]
-    {
+    let many: Vec<String> = (0..101).map(|i| format!("many{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    for (keys, says) in [
+        (&["D", "D"][..], "is given more than once"),
+        (&["D", "with space"][..], "contains whitespace"),
+        (&["D", "vertical\x0btab"][..], "contains whitespace"),
+        (&["D", "no\u{a0}break"][..], "contains whitespace"),
+        (&["a", "{a}"][..], "share the names stored next to them"),
+        (&["a", "{a}:fence"][..], "share the names stored next to them"),
+        (&["{a}:done:x", "a"][..], "share the names stored next to them"),
+        (&many[..], "a run holds at most 100 keys"),
+    ] {
         let r = run(redlock(&redis).args(keys_args(keys)).args(["--", "true"]), LIMIT);
         assert_eq!(r.code, 64, "{keys:?}: {}", r.stderr);
         assert!(r.stderr.contains(says), "{keys:?}: {}", r.stderr);
@@ -243,4 +258,57 @@ fn a_redlock_quorum_takes_every_key_on_a_majority() {
     for m in &masters {
         assert!(!m.exists(b"A"), "A left held");
     }
+}
+
+/// A run that fails with 65 at one key's fence counter changes no other key's.
+#[test]
+fn a_bad_fence_counter_at_one_key_changes_nothing_at_the_others() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"SET", b"{fa}:fence", b"100"]);
+    redis.cmd::<()>(&[b"SET", b"{fb}:fence", b"200"]);
+    let _: u64 = redis.cmd(&[b"RPUSH", b"{fc}:fence", b"x"]);
+    let r = run(redlock(&redis).args(keys_args(&["fa", "fb", "fc"])).args(["--", "true"]), LIMIT);
+    assert_eq!(r.code, 65, "{}", r.stderr);
+    assert!(r.stderr.contains("{fc}:fence"), "the bad counter is named: {}", r.stderr);
+    assert_eq!(redis_value(&redis, "{fa}:fence").as_deref(), Some("100"));
+    assert_eq!(redis_value(&redis, "{fb}:fence").as_deref(), Some("200"));
+    assert_eq!(redis.cmd::<i64>(&[b"PTTL", b"{fa}:fence"]), -1, "untouched, not even its expiry");
+    for k in ["fa", "fb", "fc"] {
+        assert!(!redis.exists(k.as_bytes()));
+    }
+}
+
+/// `release --force` and `status` with several keys try every key and report each; a key that
+/// fails sets the exit status but does not hide what was done with the others.
+#[test]
+fn the_operator_commands_report_every_key_even_when_one_fails() {
+    let redis = RedisServer::start();
+    let _: u64 = redis.cmd(&[b"RPUSH", b"list", b"x"]);
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let h = holder(&redis, &["ra", "rc"], &go);
+    let url = redis.url();
+    let status = run(
+        wrapper().args(["status", "--redis-url", &url, "--json"]).args(keys_args(&["ra", "list", "rc"])),
+        LIMIT,
+    );
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert_eq!(v["keys"][0]["held"], true, "{v}");
+    assert_eq!(v["keys"][1]["type"], "list", "{v}");
+    assert_eq!(v["keys"][2]["held"], true, "{v}");
+    let r = run(
+        wrapper()
+            .args(["release", "--force", "--redis-url", &url, "--json"])
+            .args(keys_args(&["ra", "list", "rc"])),
+        LIMIT,
+    );
+    assert_eq!(r.code, 65, "the failure's status: {}", r.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).expect("JSON");
+    assert_eq!(v["keys"][0]["released"], true, "{v}");
+    assert!(v["keys"][1]["error"].is_string(), "{v}");
+    assert_eq!(v["keys"][2]["released"], true, "{v}");
+    assert!(!redis.exists(b"ra") && !redis.exists(b"rc"), "both held keys released");
+    std::fs::write(&go, "").unwrap();
+    // Its command ends before its next renewal would notice (0), or after (125).
+    assert!(matches!(wait_output(h, LIMIT).status.code(), Some(0 | 125)));
 }

@@ -44,6 +44,14 @@ impl Keys {
         }
     }
 
+    /// Whether `key` is one of the keys stored next to the lock (a success record included).
+    pub fn stores(&self, key: &[u8]) -> bool {
+        [&self.fence, &self.queue, &self.queue_expiry, &self.queue_seq, &self.holders]
+            .iter()
+            .any(|n| *n == key)
+            || key.starts_with(&self.record(b""))
+    }
+
     /// The channel on which the waiter with this token is told that its turn has come.
     pub fn wake(&self, token: &str) -> Vec<u8> {
         let mut channel = self.wake_prefix.clone();

@@ -95,8 +95,8 @@ pub fn quorum(n: usize) -> usize {
 /// With several keys the lock holds all of them or none: one script takes them together
 /// wherever one script can reach them all (one Redis, each node of a quorum, a Cluster when
 /// they share a hash slot). In a Cluster whose keys are in several slots, the keys of each
-/// slot are taken together, slot after slot in a fixed order, and everything taken is given
-/// back as soon as one is busy.
+/// slot are taken together, slot after slot in the order of the slots, and everything taken
+/// is given back as soon as one is busy.
 pub struct Lock {
     nodes: Vec<Conn>,
     /// The lock keys, in the order given.
@@ -415,26 +415,36 @@ impl Lock {
                 script
             })
             .collect();
-        let scripts = &scripts;
+        let (scripts, groups) = (&scripts, &*groups);
         // One round trip per node: the groups (one, but for keys in several Cluster slots) at
-        // once.
+        // once. A node answers with the key it no longer holds, if any.
         let mut pending: FuturesUnordered<_> = nodes
             .iter_mut()
             .map(|node| async move {
-                let mut renewed = true;
-                for script in scripts {
+                for (script, group) in scripts.iter().zip(groups) {
                     let reply: Vec<Value> = node.invoke(script).await?;
-                    renewed &= replies::int(reply.first()) == Some(1);
+                    if replies::int(reply.first()) != Some(1) {
+                        let at = replies::int(reply.get(1)).and_then(|i| usize::try_from(i).ok());
+                        return Ok(Some(
+                            at.and_then(|i| group.get(i.wrapping_sub(1))).copied().unwrap_or(group[0]),
+                        ));
+                    }
                 }
-                Ok::<bool, Fault>(renewed)
+                Ok::<Option<usize>, Fault>(None)
             })
             .collect();
         let (mut renewed, mut lost) = (0, 0);
         let mut faults = Vec::new();
         while let Some(answer) = pending.next().await {
             match answer {
-                Ok(true) => renewed += 1,
-                Ok(false) | Err(Fault::WrongType(_)) => lost += 1,
+                Ok(None) => renewed += 1,
+                Ok(Some(at)) => {
+                    lost += 1;
+                    if keys.len() > 1 {
+                        tracing::warn!(key = %keys[at].lock.escape_ascii(), "this key no longer holds this run's value");
+                    }
+                }
+                Err(Fault::WrongType(_)) => lost += 1,
                 Err(f) => faults.push(f),
             }
             // Lost as soon as a majority can no longer confirm; renewed when every node has
@@ -509,8 +519,8 @@ impl Lock {
 }
 
 /// The groups of keys one script takes together: all of them, but in a Cluster whose keys
-/// are in several slots, one group per slot, ordered by their smallest key (bytes), so that
-/// every run takes the slots of the keys it shares in the same order.
+/// are in several slots, one group per slot, in the order of the slots, so that every run
+/// takes the slots it shares with another in the same order.
 fn groups(keys: &[Keys], cluster: bool) -> Vec<Vec<usize>> {
     let mut groups: Vec<Vec<usize>> = Vec::new();
     for (i, k) in keys.iter().enumerate() {
@@ -520,8 +530,7 @@ fn groups(keys: &[Keys], cluster: bool) -> Vec<Vec<usize>> {
             None => groups.push(vec![i]),
         }
     }
-    let smallest = |g: &Vec<usize>| g.iter().map(|&i| keys[i].lock.clone()).min();
-    groups.sort_by_key(smallest);
+    groups.sort_by_key(|g| keys::slot(&keys[g[0]].lock));
     groups
 }
 

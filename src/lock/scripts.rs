@@ -306,6 +306,16 @@ end
 -- nil and the reply that ends the call.
 local function inspect(i, now)
   local lock = k(i, 1)
+  -- A fence counter that cannot be bumped fails the run before any key is touched.
+  local counter_type = redis.call('TYPE', k(i, 2))['ok']
+  if counter_type ~= 'none' and counter_type ~= 'string' then
+    return nil, {-2, 'WRONGTYPE the counter holds a ' .. counter_type, i}
+  end
+  if counter_type == 'string' then
+    local current = redis.call('GET', k(i, 2))
+    if not canonical(current) then return nil, {-2, 'ERR value is not an integer or out of range', i} end
+    if current == '9223372036854775807' then return nil, {-2, 'ERR increment or decrement would overflow', i} end
+  end
   local s = {t = redis.call('TYPE', lock)['ok'], holding = 0, pttl = 0}
   if s.t == 'string' then
     s.holder = redis.call('GET', lock)
@@ -403,6 +413,8 @@ for i = 1, n do
   local s, reply = inspect(i, now)
   if not s then
     if reply[1] == -3 then leave_all() end
+    -- An earlier attempt whose reply was lost may hold some keys: nothing is left held.
+    if reply[1] == -2 then for j = 1, n do untake(j) end end
     return reply
   end
   st[i] = s
