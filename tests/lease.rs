@@ -529,3 +529,55 @@ fn the_shortest_ttl_named_makes_room_for_a_given_timeout() {
     assert!(r.stderr.contains("--connect-timeout (5s) must be shorter"), "{}", r.stderr);
     assert!(r.stderr.contains("the shortest that works"), "{}", r.stderr);
 }
+
+/// The guardian keeps nothing open but its pipe from the wrapper: not stdout (a reader waiting
+/// for EOF must get it), and not a descriptor above 1023 that the wrapper inherited.
+#[test]
+fn the_guardian_keeps_no_descriptor_but_its_pipe() {
+    use std::os::unix::process::CommandExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let inherited = std::fs::File::open("/dev/null").unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&inherited);
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:fds", "--ttl", "2s", "--"]).args(recorded("sleep 30")).env("PIDFILE", &pidfile);
+    // SAFETY: between fork and exec only dup2(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if nix::libc::dup2(raw, 1500) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut wrapper = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    // The guardian: the wrapper's child that is not the command.
+    let children = |parent: u32| -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().is_some_and(|stat| {
+                    let after = &stat[stat.rfind(')').unwrap() + 2..];
+                    after.split(' ').nth(1) == Some(&parent.to_string())
+                })
+            })
+            .collect()
+    };
+    let mut guardian = None;
+    wait_until(Duration::from_secs(5), || {
+        guardian = children(wrapper.id()).into_iter().find(|p| *p != pgid);
+        guardian.is_some()
+    });
+    let fds: Option<Vec<String>> = guardian.map(|g| {
+        std::fs::read_dir(format!("/proc/{g}/fd"))
+            .map(|d| d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned())).collect())
+            .unwrap_or_default()
+    });
+    // Nothing is left running, whatever the assertion says.
+    kill(Pid::from_raw(-pgid), Signal::SIGKILL).unwrap();
+    let _ = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(fds.expect("found the guardian"), ["0"], "the guardian's descriptors");
+}
