@@ -297,6 +297,9 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         )));
     }
     let mut keys: Vec<Vec<u8>> = Vec::with_capacity(arg.value.len());
+    // The names stored next to each key, worked out once per key (a key with a `}` and no
+    // usable hash tag needs a search for its slot's tag).
+    let mut names: Vec<crate::lock::Keys> = Vec::with_capacity(arg.value.len());
     for raw in &arg.value {
         let raw = raw.as_bytes();
         if raw.is_empty() {
@@ -310,12 +313,13 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         }
         // Keys whose stored names coincide (`a` and `{a}`), or a key that is another's stored
         // name (`{a}:fence`), would take one lock twice.
-        if let Some(other) = keys.iter().find(|k| collide(k, raw)) {
+        let mine = crate::lock::Keys::new(raw);
+        if let Some(other) = names.iter().find(|k| collide(k, &mine)) {
             return Err(usage(format!(
                 "--key {} and --key {} share the names stored next to them ({}); they are one lock",
-                crate::lock::show_key(other),
+                crate::lock::show_key(&other.lock),
                 crate::lock::show_key(raw),
-                crate::lock::show_key(&crate::lock::Keys::new(raw).fence)
+                crate::lock::show_key(&mine.fence)
             )));
         }
         if for_run && arg.value.len() > 1 && splits(raw) {
@@ -326,6 +330,7 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
             )));
         }
         keys.push(raw.to_vec());
+        names.push(mine);
     }
     let total = keys.iter().map(|k| k.len() + 1).sum::<usize>() - 1;
     if total > MAX_KEY_LEN {
@@ -340,9 +345,8 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
 
 /// Whether two keys would share what is stored next to them, or one is stored next to the
 /// other.
-fn collide(a: &[u8], b: &[u8]) -> bool {
-    let (ka, kb) = (crate::lock::Keys::new(a), crate::lock::Keys::new(b));
-    ka.fence == kb.fence || ka.stores(b) || kb.stores(a)
+fn collide(a: &crate::lock::Keys, b: &crate::lock::Keys) -> bool {
+    a.fence == b.fence || a.stores(&b.lock) || b.stores(&a.lock)
 }
 
 /// Whether a key would not survive being split at whitespace: any space or control byte, or

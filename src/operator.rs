@@ -44,13 +44,7 @@ pub async fn status(keys: &[Vec<u8>], json: bool, redis: &RedisConfig) -> Result
         }
         outs.push(out);
     }
-    let out = match outs.len() {
-        1 if json => format!("{}\n", outs.remove(0)),
-        1 => outs.remove(0).as_str().unwrap_or_default().to_owned(),
-        _ if json => format!("{}\n", serde_json::json!({ "version": JSON_VERSION, "keys": outs })),
-        _ => outs.iter().filter_map(|o| o.as_str()).collect::<Vec<_>>().concat(),
-    };
-    print_out(&out)?;
+    print_keys(outs, json)?;
     if let Some(e) = unknown {
         return Err(e);
     }
@@ -357,17 +351,23 @@ pub async fn release(
             Err(e) => return Err(e),
         }
     }
+    print_keys(outs, json)?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok(if any { 0 } else { FREE })
+}
+
+/// Prints what `status` or `release` found for each key: one key as before, several as their
+/// texts one after the other, or one JSON object `{"version":1,"keys":[…]}`.
+fn print_keys(mut outs: Vec<serde_json::Value>, json: bool) -> Result<(), Error> {
     let out = match outs.len() {
         1 if json => format!("{}\n", outs.remove(0)),
         1 => outs.remove(0).as_str().unwrap_or_default().to_owned(),
         _ if json => format!("{}\n", serde_json::json!({ "version": JSON_VERSION, "keys": outs })),
         _ => outs.iter().filter_map(|o| o.as_str()).collect::<Vec<_>>().concat(),
     };
-    print_out(&out)?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    Ok(if any { 0 } else { FREE })
+    print_out(&out)
 }
 
 /// What `status` or `release` prints for a key of several that failed (the run's exit status

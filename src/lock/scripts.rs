@@ -33,6 +33,8 @@ end
 
 /// Lua helpers for the fair queue (KEYS[q] the queue, KEYS[e] the entries' expiries) and the
 /// kinds of lock.
+/// - `refused(reply)`: a `pcall`'ed command failed (its error is a table with `err`; a status
+///   reply such as SET's OK is a table too, without it).
 /// - `now_ms()`: the server clock in ms.
 /// - `kind_of(value)`: `nil` for an exclusive run's value (or any other), else its fifth word
 ///   when the value is one redlock-run writes (`shared`, `limit=N` with N ≥ 2 written as
@@ -55,6 +57,9 @@ end
 macro_rules! queue_lua {
     () => {
         r#"
+local function refused(reply)
+  return type(reply) == 'table' and reply['err'] ~= nil
+end
 local function now_ms()
   local now = redis.call('TIME')
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -260,9 +265,6 @@ local function leave_all()
     redis.pcall('ZREM', k(i, 4), value)
   end
 end
-local function refused(reply)
-  return type(reply) == 'table' and reply['err'] ~= nil
-end
 local function counter(i)
   local c = redis.pcall('GET', k(i, 5))
   if type(c) ~= 'string' then return 0 end
@@ -290,7 +292,6 @@ local function join_all(now)
   end
   local alive = true
   for i = 1, n do
-    -- (A pcall'ed error is a table with `err`; so is SET's OK, a status reply.)
     if counter(i) < seq and refused(redis.pcall('SET', k(i, 5), seq)) then return false, false end
     if refused(redis.pcall('ZADD', k(i, 3), seq, value)) then return false, false end
     if refused(redis.pcall('ZADD', k(i, 4), now + entry, value)) then alive = false end
@@ -531,7 +532,7 @@ local value, keep = ARGV[1], tonumber(ARGV[2])
 local recorded = 0
 if KEYS[4 * n + 1] then
   local ok = redis.pcall('SET', KEYS[4 * n + 1], ARGV[4], 'PX', ARGV[5])
-  if type(ok) == 'table' and ok['err'] then recorded = ok['err'] end
+  if refused(ok) then recorded = ok['err'] end
 end
 local outcomes = {recorded}
 for i = 1, n do
