@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
-    RedisError, ScriptInvocation, TlsCertificates,
+    RedisError, TlsCertificates,
 };
 
 use super::fault::Fault;
@@ -126,7 +126,10 @@ impl Conn {
 
     /// Runs a script, connecting first if needed. After a connection-level failure the
     /// connection is dropped so that the next request starts a fresh one.
-    pub async fn invoke<T: FromRedisValue>(&mut self, script: &ScriptInvocation<'_>) -> Result<T, Fault> {
+    pub async fn invoke<T: FromRedisValue>(
+        &mut self,
+        script: &super::scripts::Invocation,
+    ) -> Result<T, Fault> {
         let result = match self.link().await? {
             Link::Node(c) => script.invoke_async(c).await,
             Link::Cluster(c) => script.invoke_async(c).await,

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use redis::{ScriptInvocation, Value};
+use redis::Value;
 
 use crate::config::Idempotency;
 
@@ -688,7 +688,7 @@ fn release_script<'k>(
     keep: Duration,
     record: Option<&(Vec<u8>, Duration)>,
     announce: bool,
-) -> ScriptInvocation<'static> {
+) -> scripts::Invocation {
     let mut script = scripts::RELEASE.prepare_invoke();
     for k in keys.clone() {
         script.key(&k.lock).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
@@ -707,7 +707,7 @@ fn release_script<'k>(
     script
 }
 
-async fn release_on(node: &mut Conn, script: &ScriptInvocation<'_>) -> Result<Released, Fault> {
+async fn release_on(node: &mut Conn, script: &scripts::Invocation) -> Result<Released, Fault> {
     let reply: Vec<Value> = node.invoke(script).await?;
     match reply.first() {
         Some(Value::Int(0)) | None => {}

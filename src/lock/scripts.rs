@@ -1,10 +1,110 @@
 //! The Lua scripts: each lock operation is one round trip, and keys and values travel only as
-//! KEYS/ARGV, never spliced into script text. `redis::Script` sends EVALSHA and loads the script
-//! once on NOSCRIPT (e.g. after `SCRIPT FLUSH` or a restart).
+//! KEYS/ARGV, never spliced into script text. A call sends EVALSHA and loads the script once on
+//! NOSCRIPT (e.g. after `SCRIPT FLUSH` or a restart). Each script's SHA-1 is worked out when the
+//! binary is compiled: hashing the scripts' 40 KB at every start was a quarter of the
+//! instructions of a whole run.
 
-use std::sync::LazyLock;
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
-use redis::Script;
+/// A Lua script and its SHA-1, both fixed at compile time.
+pub struct Script {
+    code: &'static str,
+    /// Lowercase hex, as Redis writes it.
+    hash: [u8; 40],
+}
+
+impl Script {
+    const fn new(code: &'static str) -> Script {
+        let digest = const_sha1::sha1(code.as_bytes()).as_bytes();
+        let mut hash = [0u8; 40];
+        let mut i = 0;
+        while i < 20 {
+            hash[2 * i] = HEX[(digest[i] >> 4) as usize];
+            hash[2 * i + 1] = HEX[(digest[i] & 0xf) as usize];
+            i += 1;
+        }
+        Script { code, hash }
+    }
+
+    /// A call of this script, to which keys and arguments are added in order.
+    pub fn prepare_invoke(&'static self) -> Invocation {
+        Invocation { script: self, keys: Vec::new(), args: Vec::new() }
+    }
+
+    /// A call whose first key is `key`.
+    pub fn key<T: ToRedisArgs>(&'static self, key: T) -> Invocation {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+
+    /// The SHA-1 Redis knows the script by.
+    pub fn hash(&self) -> &str {
+        std::str::from_utf8(&self.hash).expect("hex digits")
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// One call of a script: its keys and arguments.
+pub struct Invocation {
+    script: &'static Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation {
+    pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn eval_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.hash()).arg(self.keys.len()).arg(&*self.keys).arg(&*self.args);
+        cmd
+    }
+
+    fn load_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.script.code);
+        cmd
+    }
+
+    /// EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again. (A Cluster sends SCRIPT LOAD to
+    /// every master.)
+    pub async fn invoke_async<T: FromRedisValue>(
+        &self,
+        con: &mut impl redis::aio::ConnectionLike,
+    ) -> RedisResult<T> {
+        let eval = self.eval_cmd();
+        match eval.query_async(con).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                let () = self.load_cmd().exec_async(con).await?;
+                eval.query_async(con).await
+            }
+            result => result,
+        }
+    }
+
+    /// The same, on a blocking connection (tests).
+    #[cfg(test)]
+    pub fn invoke<T: FromRedisValue>(&self, con: &mut dyn redis::ConnectionLike) -> RedisResult<T> {
+        let eval = self.eval_cmd();
+        match eval.query(con) {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load_cmd().exec(con)?;
+                eval.query(con)
+            }
+            result => result,
+        }
+    }
+}
 
 /// Lua helpers for fences. Lua numbers are doubles, exact only up to 2^53, so fences travel as
 /// the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back)
@@ -235,12 +335,11 @@ end
 ///
 /// When a key already holds this run's own value, an earlier attempt succeeded but its reply
 /// was lost: ownership is confirmed, the TTL restarted and the fence of that attempt returned.
-pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        fence_lua!(),
-        queue_lua!(),
-        holders_lua!(),
-        r#"
+pub static ACQUIRE: Script = Script::new(concat!(
+    fence_lua!(),
+    queue_lua!(),
+    holders_lua!(),
+    r#"
 local value = ARGV[1]
 local n = #ARGV - 6
 local function k(i, j) return KEYS[(i - 1) * 6 + j] end
@@ -483,17 +582,15 @@ end
 if not s.admitted then return {0, s.pttl, s.holder, position, arrival, s.holding, 0, at} end
 return {3, s.blocker, position, arrival, at}
 "#
-    ))
-});
+));
 
 /// KEYS: two for each lock key (lock, holders). ARGV: value, ttl ms. → `{1}` every key
 /// extended; `{0, key}` that key (its index, from 1) no longer holds our value (never
 /// re-creates a missing key or a lapsed holder): the lock is lost, whatever the others say.
-pub static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        queue_lua!(),
-        holders_lua!(),
-        r#"
+pub static RENEW: Script = Script::new(concat!(
+    queue_lua!(),
+    holders_lua!(),
+    r#"
 local now = nil
 for i = 1, #KEYS / 2 do
   local lock, h = KEYS[2 * i - 1], KEYS[2 * i]
@@ -511,8 +608,7 @@ for i = 1, #KEYS / 2 do
 end
 return {1}
 "#
-    ))
-});
+));
 
 /// KEYS: four for each lock key (lock, queue, queue expiry, holders), then the success record
 /// if any. ARGV: value, keep ms, announce always ("1" for a Redlock quorum, whose waiters
@@ -522,11 +618,10 @@ return {1}
 ///   hold woken, and the release announced); 2 kept for `keep ms` more (`--min-hold`); 0 not
 ///   ours, left untouched. The success record, when a key is given, is written whoever holds
 ///   the lock: the command did succeed. `recorded` is the error writing it, or 0.
-pub static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        queue_lua!(),
-        holders_lua!(),
-        r#"
+pub static RELEASE: Script = Script::new(concat!(
+    queue_lua!(),
+    holders_lua!(),
+    r#"
 local n = (#ARGV - 5) / 2
 local value, keep = ARGV[1], tonumber(ARGV[2])
 local recorded = 0
@@ -574,16 +669,14 @@ for i = 1, n do
 end
 return outcomes
 "#
-    ))
-});
+));
 
 /// KEYS: three for each lock key (lock, queue, queue expiry). ARGV: value, then each key's wake
 /// prefix. A waiter gives up its places (its `--wait` ran out, or it was signalled); the
 /// waiters that can now hold are woken, in case this one had been told its turn had come. → 1.
-pub static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        queue_lua!(),
-        r#"
+pub static LEAVE: Script = Script::new(concat!(
+    queue_lua!(),
+    r#"
 for i = 1, #KEYS / 3 do
   local lock, q, e = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   redis.pcall('ZREM', q, ARGV[1])
@@ -592,8 +685,7 @@ for i = 1, #KEYS / 3 do
 end
 return 1
 "#
-    ))
-});
+));
 
 /// KEYS: lock, fence, queue, queue expiry, holders. ARGV: how many waiters to list, how many
 /// holders to list.
@@ -603,10 +695,9 @@ return 1
 ///   order, with their arrival numbers; for `--shared` and `--limit` (a sorted set that is
 ///   `ours`, 1), `holding` counts the live holders, the list holds the first of them by lease
 ///   end, and `pttl` is the time until the last lease ends (-2: none is left). Read only.
-pub static STATUS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        queue_lua!(),
-        r#"
+pub static STATUS: Script = Script::new(concat!(
+    queue_lua!(),
+    r#"
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local value = false
 if kind == 'string' then value = redis.call('GET', KEYS[1]) end
@@ -651,8 +742,7 @@ end
 if ok then ok = 1 else ok = 0 end
 return {kind, value, pttl, fence, waiters, first, holding, holders, ok}
 "#
-    ))
-});
+));
 
 /// KEYS: lock, queue, queue expiry, holders. ARGV: release channel, wake prefix, token prefix
 /// (empty: every holder). The operator's override: deletes the lock (or, with a prefix, the
@@ -660,11 +750,10 @@ return {kind, value, pttl, fence, waiters, first, holding, holders, ok}
 /// → `{1, value, …}` deleted, the values of the holders dropped; `{0}` there was none; `{2}`
 /// no holder's token starts with the prefix; `{3, n}` n holders' tokens do (nothing dropped);
 /// `{-1, type}` the key holds another type and was left alone.
-pub static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        queue_lua!(),
-        holders_lua!(),
-        r#"
+pub static FORCE_RELEASE: Script = Script::new(concat!(
+    queue_lua!(),
+    holders_lua!(),
+    r#"
 local prefix = ARGV[3]
 local function matches(value) return string.sub(value, 1, #prefix) == prefix end
 local t = redis.call('TYPE', KEYS[1])['ok']
@@ -698,17 +787,15 @@ redis.pcall('PUBLISH', ARGV[1], 'released')
 table.insert(dropped, 1, 1)
 return dropped
 "#
-    ))
-});
+));
 
 /// KEYS: the fence counter of each key. ARGV: fence ttl ms, then each key's fence. Redlock:
 /// raises a node's fence counters to the fences handed to the command (never lowers one;
 /// compared exactly, as decimal strings), so that any later majority, which shares a node with
 /// this one, hands out higher fences. → 1.
-pub static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        fence_lua!(),
-        r#"
+pub static RAISE_FENCE: Script = Script::new(concat!(
+    fence_lua!(),
+    r#"
 for i, counter in ipairs(KEYS) do
   local current = redis.call('GET', counter)
   if not canonical(current) or less(current, ARGV[i + 1]) then
@@ -717,5 +804,23 @@ for i, counter in ipairs(KEYS) do
 end
 return 1
 "#
-    ))
-});
+));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hashes worked out at compile time are those Redis gives each script.
+    #[test]
+    fn compile_time_hashes_are_the_scripts_sha1() {
+        let all = [&ACQUIRE, &RENEW, &RELEASE, &LEAVE, &STATUS, &FORCE_RELEASE, &RAISE_FENCE];
+        for script in all {
+            assert_eq!(script.hash(), redis::Script::new(script.code).get_hash());
+        }
+        assert_eq!(
+            Script::new("return 1").hash(),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
+            "SHA-1 of 'return 1' as `redis-cli SCRIPT LOAD` prints it"
+        );
+    }
+}
