@@ -553,7 +553,21 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe() {
     }
     let mut wrapper = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
     let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
-    // The guardian: the wrapper's child that is not the command.
+    let guardian = find_guardian(wrapper.id(), pgid);
+    let fds: Option<Vec<String>> = guardian.map(|g| {
+        std::fs::read_dir(format!("/proc/{g}/fd"))
+            .map(|d| d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned())).collect())
+            .unwrap_or_default()
+    });
+    // Nothing is left running, whatever the assertion says.
+    kill(Pid::from_raw(-pgid), Signal::SIGKILL).unwrap();
+    let _ = wait_bounded(&mut wrapper, LIMIT);
+    assert_eq!(fds.expect("found the guardian"), ["0"], "the guardian's descriptors");
+}
+
+/// The guardian of a wrapper whose command leads group `pgid`: the wrapper's child that is not
+/// the command (waited for up to 5 s).
+fn find_guardian(wrapper: u32, pgid: i32) -> Option<i32> {
     let children = |parent: u32| -> Vec<i32> {
         std::fs::read_dir("/proc")
             .unwrap()
@@ -568,16 +582,42 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe() {
     };
     let mut guardian = None;
     wait_until(Duration::from_secs(5), || {
-        guardian = children(wrapper.id()).into_iter().find(|p| *p != pgid);
+        guardian = children(wrapper).into_iter().find(|p| *p != pgid);
         guardian.is_some()
     });
-    let fds: Option<Vec<String>> = guardian.map(|g| {
-        std::fs::read_dir(format!("/proc/{g}/fd"))
-            .map(|d| d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned())).collect())
-            .unwrap_or_default()
-    });
-    // Nothing is left running, whatever the assertion says.
-    kill(Pid::from_raw(-pgid), Signal::SIGKILL).unwrap();
-    let _ = wait_bounded(&mut wrapper, LIMIT);
-    assert_eq!(fds.expect("found the guardian"), ["0"], "the guardian's descriptors");
+    guardian
+}
+
+/// `pkill redlock-run` signals the guardian too: it ignores the signal and stays, so that a
+/// wrapper killed afterwards (while it stops its command, or by an impatient operator) still
+/// takes its command's whole group with it.
+#[test]
+fn the_guardian_outlives_signals_meant_for_every_wrapper() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    // The command ignores SIGTERM and has a background job: only the guardian can end that job
+    // once the wrapper is SIGKILLed.
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:pkill", "--ttl", "60s", "--kill-grace", "30s", "--"])
+        .args(recorded("trap '' TERM; sleep 100 & while :; do sleep 0.1; done"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let guardian = find_guardian(wrapper.id(), pgid).expect("found the guardian");
+    for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
+        kill(Pid::from_raw(guardian), sig).unwrap();
+    }
+    kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let guardian_alive = process_alive(guardian);
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || group_members(pgid).is_empty());
+    // Nothing is left running, whatever the assertions say.
+    let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
+    assert!(guardian_alive, "the guardian ended on a signal meant for the wrapper");
+    assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
