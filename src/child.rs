@@ -74,9 +74,8 @@ pub enum Event {
 
 impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
-    /// variables that configure a wrapper, plus the lock's variables; `guardian` (forked
-    /// earlier, see [`sys::Guardian::start`]) is told the command's pid.
-    pub fn spawn(argv: &[OsString], env: &LockEnv, guardian: Option<sys::Guardian>) -> Result<Child, Error> {
+    /// variables that configure a wrapper, plus the lock's variables.
+    pub fn spawn(argv: &[OsString], env: &LockEnv) -> Result<Child, Error> {
         // Registered before the fork, so the command's exit cannot be missed.
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
         let (program, args) = argv.split_first().expect("clap requires a command");
@@ -103,9 +102,9 @@ impl Child {
             spawn_error(program, &e)
         })?;
         let pid = Pid::from_raw(child.id() as i32);
-        if let Some(guardian) = &guardian {
-            guardian.guard(pid);
-        }
+        let guardian = sys::Guardian::start(pid)
+            .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
+            .ok();
         if foreground {
             // Also done in the child; doing it here too closes the race with a command that
             // touches the terminal before the child's own call.

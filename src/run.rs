@@ -17,7 +17,6 @@ use crate::release::release;
 use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
-use crate::sys::Guardian;
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut report = Report::default();
@@ -43,7 +42,6 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 }
 
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
-    let guardian = start_guardian();
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
@@ -76,7 +74,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
         Outcome::Unlocked { reason } => {
             report.outcome = Some(RunOutcome::Unlocked);
-            return run_unlocked(config, &mut signals, &reason, report, guardian).await;
+            return run_unlocked(config, &mut signals, &reason, report).await;
         }
     };
     let fence = fences[0];
@@ -99,7 +97,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = match Child::spawn(&config.command, &env, guardian) {
+    let mut child = match Child::spawn(&config.command, &env) {
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
@@ -170,7 +168,6 @@ async fn run_unlocked(
     signals: &mut Signals,
     reason: &str,
     report: &mut Report,
-    guardian: Option<Guardian>,
 ) -> Result<u8, Error> {
     tracing::error!(
         key = %config.key.escape_ascii(),
@@ -186,7 +183,7 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = Child::spawn(&config.command, &env, guardian)?;
+    let mut child = Child::spawn(&config.command, &env)?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
         let format = config.output.format;
@@ -198,15 +195,6 @@ async fn run_unlocked(
     }
     report.command_status = ended.command_code;
     Ok(ended.code)
-}
-
-/// The guardian of the command's group (see [`Guardian`]), forked first thing in a run, while
-/// the wrapper is smallest. A run without one still works: the parent-death signal then stops
-/// only the command itself if the wrapper is killed.
-fn start_guardian() -> Option<Guardian> {
-    Guardian::start()
-        .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
-        .ok()
 }
 
 /// "a run with --idempotency-key ID already succeeded on HOST at TIME".

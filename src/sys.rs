@@ -100,44 +100,38 @@ pub struct Guardian {
     write: std::os::fd::OwnedFd,
 }
 
-/// What the wrapper tells the guardian, one byte each (`GUARD` is followed by the command's pid,
-/// 4 bytes in native order, in the same write).
+/// What the wrapper tells the guardian, one byte each.
 const DISMISS: u8 = b'x';
 const WATCH: u8 = b's';
 const UNWATCH: u8 = b'r';
-const GUARD: u8 = b'p';
 
 impl Guardian {
-    /// Forks the guardian. This is done before the command exists, as early in a run as
-    /// possible: a fork copies the page tables of the process and makes every page shared at
-    /// that moment fault on its next write, so it costs least while the wrapper is small.
-    /// [`Guardian::guard`] then names the command; until then, the wrapper's death means
-    /// nothing to kill.
-    pub fn start() -> io::Result<Self> {
+    /// Forks the guardian of the command `pid`, which leads its own process group. Done right
+    /// after the command started, while it execs: measured against forking first thing in a
+    /// run (when the wrapper is smaller), this costs least, because every page shared by a fork
+    /// faults on its next write for as long as the guardian lives (BENCHMARKS.md).
+    pub fn start(pid: Pid) -> io::Result<Self> {
+        use std::io::Write;
         use std::os::fd::AsRawFd;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (read_fd, write_fd) = (read.as_raw_fd(), write.as_raw_fd());
+        // Formatted before the fork: the child may not allocate.
+        let mut stat_path = [0u8; 32];
+        write!(&mut stat_path[..31], "/proc/{}/stat", pid.as_raw())?;
         let wrapper = nix::unistd::getpid().as_raw();
         let open_max = open_max();
-        // SAFETY: the child only makes async-signal-safe system calls (sigaction, close_range,
+        // SAFETY: the child only makes async-signal-safe system calls (signal, close_range,
         // close, dup2, setpgid, read, poll, open, kill, _exit) and never returns into Rust code
         // that could allocate or lock.
         match unsafe { nix::unistd::fork() }? {
-            nix::unistd::ForkResult::Child => unsafe { guard(read_fd, write_fd, wrapper, open_max) },
+            nix::unistd::ForkResult::Child => unsafe {
+                guard(read_fd, write_fd, pid.as_raw(), wrapper, &stat_path, open_max)
+            },
             nix::unistd::ForkResult::Parent { .. } => {
                 drop(read);
                 Ok(Guardian { write })
             }
         }
-    }
-
-    /// The command started as `pid`, the leader of its own process group: from now on the
-    /// guardian kills that group if the wrapper dies.
-    pub fn guard(&self, pid: Pid) {
-        let mut message = [GUARD; 5];
-        message[1..].copy_from_slice(&pid.as_raw().to_ne_bytes());
-        // One write of 5 bytes into an empty pipe: all or nothing.
-        let _ = nix::unistd::write(&self.write, &message);
     }
 
     /// The wrapper is about to stop itself with its stopped command: wake it if the command
@@ -151,8 +145,7 @@ impl Guardian {
         let _ = nix::unistd::write(&self.write, &[UNWATCH]);
     }
 
-    /// The command's group is gone: the guardian may leave without doing anything. (Dropping
-    /// a guardian that was never told a command leaves it nothing to do either.)
+    /// The command's group is gone: the guardian may leave without doing anything.
     pub fn dismiss(self) {
         let _ = nix::unistd::write(&self.write, &[DISMISS]);
     }
@@ -172,7 +165,8 @@ const WATCH_EVERY_MS: i32 = 10;
 
 /// Signals that would end the guardian by default and that it ignores: it stays until the
 /// wrapper dismisses it or dies (`pkill redlock-run` must not leave a command unguarded while
-/// its wrapper stops it). SIGKILL still ends it.
+/// its wrapper stops it). SIGKILL still ends it. (The handlers it inherits from the wrapper
+/// would also keep it alive, by accident; these say so.)
 const GUARDIAN_IGNORES: [i32; 11] = [
     nix::libc::SIGHUP,
     nix::libc::SIGINT,
@@ -187,32 +181,18 @@ const GUARDIAN_IGNORES: [i32; 11] = [
     nix::libc::SIGTTOU,
 ];
 
-/// `/proc/PID/stat`, NUL-terminated, written without allocating.
-fn stat_path(pid: i32) -> [u8; 32] {
-    let mut path = [0u8; 32];
-    path[..6].copy_from_slice(b"/proc/");
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (pid.unsigned_abs(), 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        path[6 + i] = digits[len - 1 - i];
-    }
-    path[6 + len..6 + len + 5].copy_from_slice(b"/stat");
-    path
-}
-
 /// The guardian's whole life, between fork and `_exit`.
 ///
 /// # Safety
 /// Only to be called in a freshly forked child; it never returns.
-unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
+unsafe fn guard(
+    read_fd: i32,
+    write_fd: i32,
+    pid: i32,
+    wrapper: i32,
+    stat_path: &[u8; 32],
+    open_max: i32,
+) -> ! {
     use nix::libc;
     // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
@@ -234,16 +214,12 @@ unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
                 libc::close(fd);
             }
         }
-        // The command, once named: its process group and its /proc stat file.
-        let mut command: Option<(i32, [u8; 32])> = None;
         let mut watching = false;
         loop {
             let mut pipe = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
             let ready = libc::poll(&mut pipe, 1, if watching { WATCH_EVERY_MS } else { -1 });
             if ready == 0 {
-                if let Some((_, path)) = &command
-                    && command_runs(path)
-                {
+                if command_runs(stat_path) {
                     libc::kill(wrapper, libc::SIGCONT);
                 }
                 continue;
@@ -254,24 +230,14 @@ unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
                 }
                 libc::_exit(1);
             }
-            let mut message = [0u8; 5];
-            match libc::read(0, message.as_mut_ptr().cast(), 1) {
-                1 if message[0] == WATCH => watching = true,
-                1 if message[0] == UNWATCH => watching = false,
-                1 if message[0] == GUARD => {
-                    // The pid came in the same write: it is there.
-                    if libc::read(0, message[1..].as_mut_ptr().cast(), 4) != 4 {
-                        libc::_exit(1);
-                    }
-                    let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
-                    command = Some((pid, stat_path(pid)));
-                }
+            let mut byte = 0u8;
+            match libc::read(0, (&raw mut byte).cast(), 1) {
+                1 if byte == WATCH => watching = true,
+                1 if byte == UNWATCH => watching = false,
                 1 => libc::_exit(0),
                 0 => {
                     // EOF without goodbye: the wrapper died. Nothing of its command may live on.
-                    if let Some((pid, _)) = command {
-                        libc::kill(-pid, libc::SIGKILL);
-                    }
+                    libc::kill(-pid, libc::SIGKILL);
                     libc::_exit(0);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
@@ -289,8 +255,8 @@ unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
 unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
     use nix::libc;
     let mut buf = [0u8; 512];
-    // SAFETY: the path is NUL-terminated (`stat_path` fills at most 21 of its 32 zeroed
-    // bytes); the buffer outlives the read.
+    // SAFETY: the path is NUL-terminated (formatted into a zeroed buffer one byte short of
+    // its length); the buffer outlives the read.
     let n = unsafe {
         let fd = libc::open(stat_path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
@@ -308,19 +274,5 @@ unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
     match stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)) {
         Some(b'T' | b't' | b'Z' | b'X' | b'x' | b'D') | None => false,
         Some(_) => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::stat_path;
-
-    #[test]
-    fn stat_paths_are_written_whole_and_nul_terminated() {
-        for pid in [1, 9, 10, 12345, 4_194_304, i32::MAX] {
-            let path = stat_path(pid);
-            let end = path.iter().position(|&b| b == 0).expect("NUL-terminated");
-            assert_eq!(std::str::from_utf8(&path[..end]).unwrap(), format!("/proc/{pid}/stat"));
-        }
     }
 }
