@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::process::{Command, Stdio};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -78,30 +77,17 @@ impl Child {
     pub fn spawn(argv: &[OsString], env: &LockEnv) -> Result<Child, Error> {
         // Registered before the fork, so the command's exit cannot be missed.
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
-        let (program, args) = argv.split_first().expect("clap requires a command");
-        let mut cmd = Command::new(program);
-        cmd.args(args).stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit());
-        for name in crate::config::WRAPPER_VARIABLES {
-            cmd.env_remove(name);
-        }
-        cmd.env(vars::KEY, &env.key).env(vars::KEYS, &env.keys).env(vars::TTL_MS, env.ttl_ms.to_string());
-        // An outer wrapper's lock is not this command's.
-        cmd.env_remove(vars::TOKEN).env_remove(vars::FENCE).env_remove(vars::FENCES);
-        if let (Some(token), Some(fence), Some(fences)) = (&env.token, &env.fence, &env.fences) {
-            cmd.env(vars::TOKEN, token).env(vars::FENCE, fence).env(vars::FENCES, fences);
-        }
-
+        let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        sys::prepare_child(&mut cmd, foreground, env.no_new_privs);
+        let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs };
         sys::become_subreaper();
-        let child = cmd.spawn().map_err(|e| {
+        let pid = sys::spawn(program, argv, &environment(env), launch).map_err(|e| {
             if foreground {
                 // The child may have taken the terminal before its exec failed.
                 sys::give_terminal_to(nix::unistd::getpgrp());
             }
             spawn_error(program, &e)
         })?;
-        let pid = Pid::from_raw(child.id() as i32);
         let guardian = sys::Guardian::start(pid)
             .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
             .ok();
@@ -240,6 +226,39 @@ impl Drop for Child {
             sys::give_terminal_to(nix::unistd::getpgrp());
         }
     }
+}
+
+/// The command's environment ("NAME=value" each): the wrapper's, minus the variables that
+/// configure a wrapper and an outer wrapper's lock variables, plus this lock's.
+fn environment(env: &LockEnv) -> Vec<OsString> {
+    let ours = [vars::KEY, vars::KEYS, vars::TTL_MS, vars::TOKEN, vars::FENCE, vars::FENCES];
+    let dropped = |name: &std::ffi::OsStr| {
+        crate::config::WRAPPER_VARIABLES.iter().chain(ours.iter()).any(|v| name == *v)
+    };
+    let entry = |name: &str, value: &std::ffi::OsStr| {
+        let mut e = OsString::from(name);
+        e.push("=");
+        e.push(value);
+        e
+    };
+    let mut all: Vec<OsString> = std::env::vars_os()
+        .filter(|(name, _)| !dropped(name))
+        .map(|(name, value)| {
+            let mut e = name;
+            e.push("=");
+            e.push(value);
+            e
+        })
+        .collect();
+    all.push(entry(vars::KEY, &env.key));
+    all.push(entry(vars::KEYS, &env.keys));
+    all.push(entry(vars::TTL_MS, env.ttl_ms.to_string().as_ref()));
+    if let (Some(token), Some(fence), Some(fences)) = (&env.token, &env.fence, &env.fences) {
+        all.push(entry(vars::TOKEN, token.as_ref()));
+        all.push(entry(vars::FENCE, fence.as_ref()));
+        all.push(entry(vars::FENCES, fences.as_ref()));
+    }
+    all
 }
 
 /// The state of process group `pgid` from /proc: `None` when /proc cannot be read.

@@ -66,6 +66,49 @@ fn exit_statuses_pass_through_and_the_lock_is_released() {
     assert!(!redis.exists(b"lock:status"));
 }
 
+/// The command is found as execvp(3) finds it, whichever C library the binary was built with:
+/// the first executable file of that name in PATH, a script without `#!` run by `/bin/sh`, one
+/// found but not executable reported as such (126) when nothing else is, and none at all 127.
+#[test]
+fn the_command_is_found_in_path_as_execvp_finds_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let write = |path: &std::path::Path, text: &str, mode: u32| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    // `job` is not executable in the first directory, executable in the second; `plain` has no
+    // `#!`; `locked` exists only without the execute bit.
+    write(&first.join("job"), "#!/bin/sh\necho first\n", 0o644);
+    write(&second.join("job"), "#!/bin/sh\necho second \"$@\"\n", 0o755);
+    write(&second.join("plain"), "echo plain \"$0\" \"$@\"\n", 0o755);
+    write(&first.join("locked"), "#!/bin/sh\necho locked\n", 0o644);
+    let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
+    let go = |command: &[&str]| {
+        run(redlock(&redis).env("PATH", &path).args(["-k", "lock:path", "--"]).args(command), LIMIT)
+    };
+    let r = go(&["job", "a b"]);
+    assert_eq!(
+        (r.code, String::from_utf8_lossy(&r.stdout).into_owned()),
+        (0, "second a b\n".into()),
+        "{}",
+        r.stderr
+    );
+    let r = go(&["plain", "x"]);
+    let expected = format!("plain {} x\n", second.join("plain").display());
+    assert_eq!((r.code, String::from_utf8_lossy(&r.stdout).into_owned()), (0, expected), "{}", r.stderr);
+    let r = go(&["locked"]);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(r.stderr.contains("Permission denied"), "{}", r.stderr);
+    let r = go(&["no-such-command-anywhere"]);
+    assert_eq!(r.code, 127, "{}", r.stderr);
+    assert!(!redis.exists(b"lock:path"));
+}
+
 #[test]
 fn a_value_changed_by_someone_else_is_left_intact() {
     let redis = RedisServer::start();

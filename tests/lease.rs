@@ -621,3 +621,27 @@ fn the_guardian_outlives_signals_meant_for_every_wrapper() {
     assert!(guardian_alive, "the guardian ended on a signal meant for the wrapper");
     assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
+
+/// README: if the wrapper dies, the kernel kills the command (parent-death signal), even when
+/// nothing else is left to do it (here the guardian was killed first).
+#[test]
+fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:pdeathsig", "--ttl", "2s", "--"])
+        .args(recorded("exec sleep 100"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let guardian = find_guardian(wrapper.id(), pid).expect("found the guardian");
+    kill(Pid::from_raw(guardian), Signal::SIGKILL).unwrap();
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let died = wait_until(Duration::from_secs(2), || !process_alive(pid));
+    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+    assert!(died, "the command outlived its wrapper");
+}

@@ -634,3 +634,35 @@ fn a_signal_ignored_at_start_stays_ignored() {
     kill(pid_of(&wrapper), Signal::SIGHUP).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(4), "SIGHUP was not passed on");
 }
+
+/// The command starts with no signal blocked and none ignored but those ignored when the
+/// wrapper started: not SIGPIPE, which the wrapper itself ignores, and none of the signals the
+/// wrapper blocks while it starts the command. (`cat` installs no handlers of its own.)
+#[test]
+fn the_command_starts_with_no_signal_blocked_or_ignored() {
+    let redis = RedisServer::start();
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:mask", "--", "cat", "/proc/self/status"]);
+    // Other tests of this process may be ignoring signals for a moment: the wrapper starts with
+    // every disposition at its default whatever they do.
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in 1..32 {
+                nix::libc::signal(sig, nix::libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd, LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let status = String::from_utf8_lossy(&r.stdout);
+    let field = |name: &str| {
+        status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_default().to_owned()
+    };
+    assert_eq!(field("SigBlk:"), "0000000000000000", "blocked signals");
+    // The standard signals (1–31): glibc keeps 32 and 33 for itself, and whatever started
+    // this test may ignore them.
+    let ignored = u64::from_str_radix(&field("SigIgn:"), 16).unwrap() & 0x7fff_ffff;
+    assert_eq!(ignored, 0, "ignored signals: {:x}", ignored);
+}
