@@ -5,11 +5,14 @@
 //!     BENCH_RUNS=50 cargo bench         # quicker, fewer samples
 //!     BENCH_QUEUE=10,100 cargo bench    # queue sizes of the scaling table (10,100,1000)
 //!     BENCH_BASELINE=/path/to/old/redlock-run cargo bench   # the scaling table for it too
-//!     BENCH_ONLY=scaling cargo bench    # only some sections (overhead, handoff, requests,
-//!                                       # memory, throughput, scaling)
+//!     BENCH_ONLY=scaling cargo bench    # only some sections (overhead, breakdown, handoff,
+//!                                       # requests, memory, throughput, scaling)
+//!     BENCH_STATIC=/path/to/redlock-run cargo bench   # the static build's rows (default:
+//!                                       # target/x86_64-unknown-linux-musl/release/redlock-run)
 //!
 //! It starts its own redis-server on a free loopback port. Reference points: `flock FILE true`
-//! (a local-only lock), bare `true`, and `etcdctl lock` when etcd and etcdctl are installed.
+//! (a local-only lock), bare `true`, and `etcdctl lock` when etcd and etcdctl are installed;
+//! `perf stat` lines when `perf` is installed.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -55,6 +58,9 @@ fn main() {
     if wanted("overhead") {
         overhead(&url, &quorum, &dir, runs, &mut out);
     }
+    if wanted("breakdown") {
+        breakdown(&redis, &dir, runs.min(100), &mut out);
+    }
     if wanted("handoff") {
         handoff(std::slice::from_ref(&url), &quorum, &dir, runs, &mut out);
     }
@@ -90,12 +96,26 @@ fn machine() -> String {
     let kernel = cmd_output("uname", &["-sr"]);
     let redis = cmd_output("redis-server", &["--version"]);
     let date = humantime::format_rfc3339_seconds(SystemTime::now());
+    let size = |path: &str| std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let static_build = match static_bin() {
+        Some(path) => format!("{path} ({} bytes)", size(&path)),
+        None => "not built (`cargo build --release --target x86_64-unknown-linux-musl`)".into(),
+    };
     format!(
-        "- date: {date}\n- machine: {cpu}, {cores} cores, {kernel}\n- redis: {}\n- redlock-run: {} ({} bytes)",
+        "- date: {date}\n- machine: {cpu}, {cores} cores, {kernel}\n- redis: {}\n- redlock-run: {} ({} bytes)\n\
+         - redlock-run, static build: {static_build}",
         redis.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         BIN,
-        std::fs::metadata(BIN).map(|m| m.len()).unwrap_or(0)
+        size(BIN)
     )
+}
+
+/// The static (musl) build of this source, when built: `BENCH_STATIC`, or where cargo puts it.
+fn static_bin() -> Option<String> {
+    let path = std::env::var("BENCH_STATIC").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/x86_64-unknown-linux-musl/release/redlock-run").into()
+    });
+    Path::new(&path).exists().then_some(path)
 }
 
 fn cmd_output(cmd: &str, args: &[&str]) -> String {
@@ -127,6 +147,33 @@ fn time_once(cmd: &mut Command) -> Duration {
     took
 }
 
+/// Median peak resident memory of a command in KiB, as GNU time reports it (`%M`, the
+/// process's own `ru_maxrss`; spawned from a small process, so that the figure is not the
+/// spawner's). `None` without /usr/bin/time.
+fn peak_rss(make: &MakeCommand, dir: &Path) -> Option<f64> {
+    if !Path::new("/usr/bin/time").exists() {
+        return None;
+    }
+    let report = dir.join("rss");
+    let mut kib = Vec::new();
+    for _ in 0..20 {
+        let cmd = make();
+        let status = Command::new("/usr/bin/time")
+            .args(["-f", "%M", "-o"])
+            .arg(&report)
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        assert!(status.success(), "{cmd:?} failed under /usr/bin/time: {status}");
+        kib.push(std::fs::read_to_string(&report).ok()?.trim().parse::<f64>().ok()?);
+    }
+    Some(summary(kib).0)
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -141,17 +188,19 @@ fn summary(mut v: Vec<f64>) -> (f64, f64, f64) {
     (percentile(&v, 0.5), percentile(&v, 0.95), percentile(&v, 0.99))
 }
 
+/// The peers side by side: `true`, `flock`, this build, the static build, Redlock over three
+/// nodes, `etcdctl lock`, each running `true`, interleaved.
 fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     let lockfile = dir.path().join("flock");
+    let redlock = |bin: String| -> MakeCommand {
+        Box::new(move || {
+            let mut c = Command::new(&bin);
+            c.args(["--redis-url", url, "--key", "bench:overhead", "--", "true"]);
+            c
+        })
+    };
     let mut variants: Vec<(&str, MakeCommand)> = vec![
-        (
-            "redlock-run --key k -- true",
-            Box::new(|| {
-                let mut c = Command::new(BIN);
-                c.args(["--redis-url", url, "--key", "bench:overhead", "--", "true"]);
-                c
-            }),
-        ),
+        ("true", Box::new(|| Command::new("true"))),
         (
             "flock FILE true",
             Box::new(move || {
@@ -160,16 +209,19 @@ fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, 
                 c
             }),
         ),
-        ("true", Box::new(|| Command::new("true"))),
-        (
-            "redlock-run (Redlock, 3 nodes) -- true",
-            Box::new(move || {
-                let mut c = Command::new(BIN);
-                c.args(url_args(quorum)).args(["--key", "bench:overhead", "--", "true"]);
-                c
-            }),
-        ),
+        ("redlock-run --key k -- true", redlock(BIN.to_owned())),
     ];
+    if let Some(path) = static_bin() {
+        variants.push(("redlock-run --key k -- true (static build)", redlock(path)));
+    }
+    variants.push((
+        "redlock-run (Redlock, 3 nodes) -- true",
+        Box::new(move || {
+            let mut c = Command::new(BIN);
+            c.args(url_args(quorum)).args(["--key", "bench:overhead", "--", "true"]);
+            c
+        }),
+    ));
     let etcd = etcd_endpoint(dir.path());
     if let Some((endpoint, _)) = &etcd {
         let endpoint = endpoint.clone();
@@ -195,29 +247,178 @@ fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, 
             samples[i].push(ms(time_once(&mut make())));
         }
     }
-    let ratios: Vec<f64> = samples[0].iter().zip(&samples[1]).map(|(r, f)| r / f).collect();
-    let (ratio, _, _) = summary(ratios);
+    let flock = 1;
     out.push_str(&format!(
-        "## Overhead ({runs} interleaved runs each)\n\n| command | median | p95 |\n|---|---|---|\n"
+        "## Overhead ({runs} interleaved runs each)\n\nWall time from spawn to exit; the ratio is the \
+         median of per-pair ratios to the `flock` run next to it; peak resident memory is the \
+         median over 20 runs of GNU time's `%M` (the process itself, not its command).\n\n\
+         | command | median | p95 | × flock | peak RSS |\n|---|---|---|---|---|\n"
     ));
     for (i, (name, _)) in variants.iter().enumerate() {
         let (p50, p95, _) = summary(samples[i].clone());
-        out.push_str(&format!("| `{name}` | {p50:.2} ms | {p95:.2} ms |\n"));
+        let ratio = summary(samples[i].iter().zip(&samples[flock]).map(|(r, f)| r / f).collect()).0;
+        let rss = peak_rss(&variants[i].1, dir.path())
+            .map(|kib| format!("{:.1} MiB", kib / 1024.0))
+            .unwrap_or_else(|| "n/a".into());
+        out.push_str(&format!("| `{name}` | {p50:.2} ms | {p95:.2} ms | {ratio:.2} | {rss} |\n"));
     }
-    out.push_str(&format!("\nredlock-run / flock, median of per-pair ratios: **{ratio:.2}**\n"));
-    if etcd.is_some() {
-        let etcd_ratio = summary(samples[4].iter().zip(&samples[0]).map(|(e, r)| e / r).collect()).0;
-        out.push_str(&format!(
-            "etcdctl lock / redlock-run, median of per-pair ratios: **{etcd_ratio:.2}**\n"
-        ));
-    } else {
-        out.push_str("(etcdctl lock not measured: etcd/etcdctl not installed; `apt-get install etcd-server etcd-client`)\n");
+    if etcd.is_none() {
+        out.push_str("\n(etcdctl lock not measured: etcd/etcdctl not installed; `apt-get install etcd-server etcd-client`)\n");
     }
     out.push('\n');
+    perf_stat(&variants, runs.min(100), out);
     if let Some((_, mut server)) = etcd {
         let _ = server.kill();
         let _ = server.wait();
     }
+}
+
+/// `perf stat -r N` for each variant: CPU time and page faults per run (when `perf` works here).
+fn perf_stat(variants: &[(&str, MakeCommand)], runs: usize, out: &mut String) {
+    if !available("perf") {
+        out.push_str(
+            "(perf stat lines not measured: `perf` is not installed; `apt-get install linux-perf`)\n\n",
+        );
+        return;
+    }
+    let mut rows = String::new();
+    for (name, make) in variants {
+        let cmd = make();
+        let perf = Command::new("perf")
+            .args(["stat", "-x", ",", "-r", &runs.to_string(), "-e", "task-clock,page-faults", "--"])
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .output();
+        let Some(perf) = perf.ok().filter(|o| o.status.success()) else {
+            out.push_str("(perf stat lines not measured: `perf stat` failed here)\n\n");
+            return;
+        };
+        // CSV lines: value,unit,event,…
+        let text = String::from_utf8_lossy(&perf.stderr);
+        let value = |event: &str| {
+            text.lines()
+                .find(|l| l.split(',').nth(2).is_some_and(|e| e.starts_with(event)))
+                .and_then(|l| l.split(',').next()?.parse::<f64>().ok())
+        };
+        let (Some(task), Some(faults)) = (value("task-clock"), value("page-faults")) else {
+            out.push_str("(perf stat lines not measured: no task-clock or page-faults counts)\n\n");
+            return;
+        };
+        rows.push_str(&format!("| `{name}` | {task:.2} ms | {faults:.0} |\n"));
+    }
+    out.push_str(&format!(
+        "### `perf stat -r {runs}` (CPU time of the process and its children, page faults)\n\n\
+         | command | task-clock | page faults |\n|---|---|---|\n{rows}\n"
+    ));
+}
+
+/// Where the time of one run goes, from timestamps: the wrapper starts (`t0`, taken by this
+/// benchmark), Redis has run the acquire script (its MONITOR feed), the command starts (it writes
+/// the time), Redis has run the release script, the wrapper has exited (seen by this benchmark).
+fn breakdown(redis: &RedisServer, dir: &tempfile::TempDir, runs: usize, out: &mut String) {
+    use std::io::BufRead;
+    let url = redis.url();
+    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("monitor");
+    monitor.write_all(b"MONITOR\r\n").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<i128>();
+    let reader = std::io::BufReader::new(monitor.try_clone().unwrap());
+    std::thread::spawn(move || {
+        for line in reader.lines() {
+            let Ok(line) = line else { return };
+            // +1733070000.123456 [0 127.0.0.1:40000] "EVALSHA" …
+            if line.contains("\"EVALSHA\"") || line.contains("\"evalsha\"") {
+                let stamp = line.trim_start_matches('+').split(' ').next().unwrap_or("");
+                let (secs, micros) = stamp.split_once('.').unwrap_or(("0", "0"));
+                let ns = secs.parse::<i128>().unwrap_or(0) * 1_000_000_000
+                    + micros.parse::<i128>().unwrap_or(0) * 1_000;
+                if tx.send(ns).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let stamp = dir.path().join("phase");
+    let lockfile = dir.path().join("flock-phases");
+    let mut tools: Vec<(String, String)> = vec![("redlock-run".into(), BIN.into())];
+    if let Some(path) = static_bin() {
+        tools.push(("redlock-run, static build".into(), path));
+    }
+    let mut rows = String::new();
+    for (label, bin) in &tools {
+        let mut phases: [Vec<f64>; 5] = Default::default();
+        for run in 0..runs + 5 {
+            while rx.try_recv().is_ok() {}
+            let _ = std::fs::remove_file(&stamp);
+            let t0 = now_ns() as i128;
+            let mut cmd = Command::new(bin);
+            cmd.args(["--redis-url", &url, "--key", "bench:phases", "--"]).args(stamp_cmd(&stamp, None));
+            time_once(&mut cmd);
+            let exited = now_ns() as i128;
+            let (Ok(acquired), Ok(released)) =
+                (rx.recv_timeout(Duration::from_secs(2)), rx.recv_timeout(Duration::from_secs(2)))
+            else {
+                panic!("MONITOR showed no acquire and release");
+            };
+            if run < 5 {
+                continue; // warm-up: page cache, scripts loaded
+            }
+            let started = read_stamp(&stamp);
+            let gaps =
+                [acquired - t0, started - acquired, released - started, exited - released, exited - t0];
+            for (i, g) in gaps.iter().enumerate() {
+                phases[i].push(*g as f64 / 1e6);
+            }
+        }
+        let m: Vec<f64> = phases.iter().map(|p| summary(p.clone()).0).collect();
+        rows.push_str(&format!(
+            "| {label} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |\n",
+            m[0], m[1], m[2], m[3], m[4]
+        ));
+    }
+    drop(monitor);
+    // The same command started directly, and under flock: start to its timestamp, then to exit.
+    let mut reference = String::new();
+    for (label, lock) in [("the command alone", false), ("`flock FILE` + the command", true)] {
+        let (mut start, mut rest, mut total) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..runs + 5 {
+            let _ = std::fs::remove_file(&stamp);
+            let args = stamp_cmd(&stamp, None);
+            let mut cmd = if lock { Command::new("flock") } else { Command::new(&args[0]) };
+            if lock {
+                cmd.arg(&lockfile).args(&args);
+            } else {
+                cmd.args(&args[1..]);
+            }
+            let t0 = now_ns() as i128;
+            time_once(&mut cmd);
+            let exited = now_ns() as i128;
+            if run >= 5 {
+                let started = read_stamp(&stamp);
+                start.push((started - t0) as f64 / 1e6);
+                rest.push((exited - started) as f64 / 1e6);
+                total.push((exited - t0) as f64 / 1e6);
+            }
+        }
+        reference.push_str(&format!(
+            "| {label} | {:.2} ms | {:.2} ms | {:.2} ms |\n",
+            summary(start).0,
+            summary(rest).0,
+            summary(total).0
+        ));
+    }
+    out.push_str(&format!(
+        "## Where the time goes ({runs} runs, medians)\n\nOne run of `redlock-run --key k -- CMD`, \
+         where CMD writes the time when it starts and exits. Start-up: from spawning the wrapper to \
+         Redis having run the acquire script (exec, dynamic loading, argument parsing, runtime, \
+         connection, the request; MONITOR's clock). Acquired → command: the reply, the spawn of \
+         the command and its own start. Command → release: the command's exit, reaping it, the \
+         request. Release → exit: the reply and the wrapper's exit.\n\n\
+         | wrapper | start-up | acquired → command | command → release | release → exit | total |\n\
+         |---|---|---|---|---|---|\n{rows}\n\
+         | the same CMD | spawn → CMD starts | CMD starts → exit | total |\n|---|---|---|---|\n{reference}\n"
+    ));
 }
 
 /// A local etcd on loopback ports, when etcd and etcdctl are installed.
@@ -266,20 +467,20 @@ fn url_args(urls: &[String]) -> Vec<String> {
 }
 
 /// Handoff gaps in ms between a holder's command ending and a waiter's command starting.
-fn handoff_gaps(urls: &[String], dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
+fn handoff_gaps(bin: &str, urls: &[String], dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
     let (end, start) = (dir.path().join("end"), dir.path().join("start"));
     let mut gaps = Vec::new();
     for _ in 0..runs {
         let _ = std::fs::remove_file(&end);
         let _ = std::fs::remove_file(&start);
-        let mut holder = Command::new(BIN)
+        let mut holder = Command::new(bin)
             .args(url_args(urls))
             .args(["--key", "bench:handoff", "--"])
             .args(stamp_cmd(&end, Some(30)))
             .spawn()
             .expect("holder");
         std::thread::sleep(Duration::from_millis(8));
-        let mut waiter = Command::new(BIN)
+        let mut waiter = Command::new(bin)
             .args(url_args(urls))
             .args(["--key", "bench:handoff", "--wait", "10s", "--"])
             .args(stamp_cmd(&start, None))
@@ -292,14 +493,46 @@ fn handoff_gaps(urls: &[String], dir: &tempfile::TempDir, runs: usize) -> Vec<f6
     gaps
 }
 
+/// The same handoff between two `flock FILE` runs on one host (flock waits by default).
+fn flock_handoff_gaps(dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
+    let (end, start, lock) =
+        (dir.path().join("end"), dir.path().join("start"), dir.path().join("flock-handoff"));
+    let mut gaps = Vec::new();
+    for _ in 0..runs {
+        let _ = std::fs::remove_file(&end);
+        let _ = std::fs::remove_file(&start);
+        let mut holder =
+            Command::new("flock").arg(&lock).args(stamp_cmd(&end, Some(30))).spawn().expect("holder");
+        std::thread::sleep(Duration::from_millis(8));
+        let mut waiter =
+            Command::new("flock").arg(&lock).args(stamp_cmd(&start, None)).spawn().expect("waiter");
+        assert!(wait_bounded(&mut holder, Duration::from_secs(10)).success());
+        assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
+        gaps.push((read_stamp(&start) - read_stamp(&end)) as f64 / 1e6);
+    }
+    gaps
+}
+
 fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     let mut rows = String::new();
-    for (label, urls, n) in [("one Redis", single, runs), ("Redlock, 3 nodes", quorum, runs / 2)] {
-        let gaps = handoff_gaps(urls, dir, n);
+    let static_build = static_bin();
+    let mut cases: Vec<(&str, &[String], usize, &str)> = vec![("one Redis", single, runs, BIN)];
+    if let Some(path) = &static_build {
+        cases.push(("one Redis, static build", single, runs, path));
+    }
+    cases.push(("Redlock, 3 nodes", quorum, runs / 2, BIN));
+    for (label, urls, n, bin) in cases {
+        let gaps = handoff_gaps(bin, urls, dir, n);
         let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
         let (p50, p95, p99) = summary(gaps);
         rows.push_str(&format!("| {label} | {n} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n"));
     }
+    let gaps = flock_handoff_gaps(dir, runs);
+    let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
+    let (p50, p95, p99) = summary(gaps);
+    rows.push_str(&format!(
+        "| `flock FILE` (one host) | {runs} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n"
+    ));
     // The part of the handoff that is the next command's own exec and start-up.
     let start = dir.path().join("start");
     let mut spawn = Vec::new();
@@ -316,7 +549,7 @@ fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: 
          writing its first (includes the holder's exit and reaping, the release, the announcement, the waiter's acquire, and \
          the spawn and start-up of the next command).\n\n| Redis | handoffs | median | p95 | p99 | overlaps |\n\
          |---|---|---|---|---|---|\n{rows}\n\
-         For reference, spawning the same command directly until it writes its timestamp takes {spawn_p50:.2} ms \
+         The `flock` row is the same handoff between two `flock FILE` runs on one host. For reference, spawning the same command directly until it writes its timestamp takes {spawn_p50:.2} ms \
          (median) on this machine; the lock's own share of the handoff is the difference.\n\n"
     ));
 }
