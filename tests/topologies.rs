@@ -355,7 +355,7 @@ fn a_unix_socket_works() {
 
 #[test]
 fn sentinel_finds_the_master_and_follows_a_failover() {
-    let mut master = RedisServer::start();
+    let mut master = RedisServer::start_with(SYNC_AT_ONCE);
     let replica_of = master.port.to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
     let sentinel = Sentinel::start(master.port);
