@@ -6,6 +6,7 @@ mod support;
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -452,22 +453,25 @@ fn switches_take_only_the_words_the_readme_lists() {
     }
     // Nothing listens on this port: the switch decides whether the command runs anyway.
     let url = format!("redis://127.0.0.1:{}", free_port());
-    for (value, fails_open) in
-        [("YES", true), ("On", true), ("1", true), ("off", false), ("0", false), ("", false)]
-    {
-        let r = run(
-            wrapper().env("REDLOCK_FAIL_OPEN", value).args([
-                "--redis-url",
-                &url,
-                "-k",
-                "lock:switch",
-                "--",
-                "true",
-            ]),
-            LIMIT,
-        );
+    let cases = [("YES", true), ("On", true), ("1", true), ("off", false), ("0", false), ("", false)];
+    let runs = run_all(cases.iter().map(|&(value, _)| {
+        let mut cmd = wrapper();
+        cmd.env("REDLOCK_FAIL_OPEN", value).args(["--redis-url", &url, "-k", "lock:switch", "--", "true"]);
+        cmd
+    }));
+    for ((value, fails_open), r) in cases.into_iter().zip(runs) {
         assert_eq!(r.code, if fails_open { 0 } else { 69 }, "REDLOCK_FAIL_OPEN={value:?}: {}", r.stderr);
     }
+}
+
+/// Runs the wrappers side by side (each bounded by `LIMIT`) and returns their results in order.
+/// For runs that each wait out their connection retries against a Redis that is not there, one
+/// after the other would only add up the waits.
+fn run_all(cmds: impl IntoIterator<Item = Command>) -> Vec<Run> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = cmds.into_iter().map(|mut cmd| s.spawn(move || run(&mut cmd, LIMIT))).collect();
+        runs.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+    })
 }
 
 /// A `redlock-run` inside the command never inherits the outer lock: without `--key` it is a
@@ -533,16 +537,25 @@ fn an_unreachable_default_redis_says_it_is_the_default() {
 #[test]
 fn an_unreachable_redis_names_the_variable_its_url_came_from() {
     let url = format!("redis://127.0.0.1:{}", free_port());
-    for var in ["REDLOCK_REDIS_URL", "REDIS_URL"] {
-        for args in [
-            &["-k", "lock:env", "--", "true"][..],
-            &["status", "-k", "lock:env"][..],
-            &["release", "-k", "lock:env", "--force"][..],
-        ] {
-            let r = run(wrapper().env(var, &url).args(args), LIMIT);
-            assert_eq!(r.code, 69, "{var} {args:?}: {}", r.stderr);
-            assert!(r.stderr.contains(&format!("{url} (from {var})")), "{var} {args:?}: {}", r.stderr);
-        }
+    let cases: Vec<(&str, &[&str])> = ["REDLOCK_REDIS_URL", "REDIS_URL"]
+        .into_iter()
+        .flat_map(|var| {
+            [
+                &["-k", "lock:env", "--", "true"][..],
+                &["status", "-k", "lock:env"][..],
+                &["release", "-k", "lock:env", "--force"][..],
+            ]
+            .map(|args| (var, args))
+        })
+        .collect();
+    let runs = run_all(cases.iter().map(|&(var, args)| {
+        let mut cmd = wrapper();
+        cmd.env(var, &url).args(args);
+        cmd
+    }));
+    for (&(var, args), r) in cases.iter().zip(runs) {
+        assert_eq!(r.code, 69, "{var} {args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(&format!("{url} (from {var})")), "{var} {args:?}: {}", r.stderr);
     }
     let r = run(wrapper().args(["--redis-url", &url, "-k", "lock:env", "--", "true"]), LIMIT);
     assert!(r.stderr.contains(&format!("cannot reach Redis at {url}: ")), "{}", r.stderr);

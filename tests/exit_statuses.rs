@@ -7,6 +7,7 @@
 mod support;
 
 use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -139,6 +140,10 @@ const MATRIX: &[Case] = &[
          143, Wrapper("SIGTERM before the command started")),
 ];
 
+/// How many cases run at once. Many of them only wait (for a timeout, a `--wait`, a lease to
+/// be found lost); each has its own key, marker and, where it needs one, its own fault proxy.
+const CASES_AT_ONCE: usize = 3;
+
 /// Every status of the table from its cause: the command's own statuses pass through
 /// (128+N for a death by signal N) with nothing said; each status of the wrapper's own comes
 /// with a line on stderr; and no run leaves the lock held.
@@ -147,100 +152,27 @@ fn exit_status_matrix() {
     let redis = RedisServer::start();
     redis.cmd::<()>(&[b"ACL", b"SETUSER", b"u", b"on", b">pw", b"~*", b"+@all"]);
     redis.cmd::<()>(&[b"ACL", b"SETUSER", b"v", b"on", b">pw", b"~other:*", b"+@all"]);
-    let proxy = FaultProxy::start(redis.port);
     let dir = tmp();
     let not_executable = file(&dir, "not-executable");
     std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
     let nowhere = format!("redis://127.0.0.1:{}", free_port());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes: Vec<Mutex<Option<Outcome>>> = MATRIX.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..CASES_AT_ONCE {
+            s.spawn(|| {
+                loop {
+                    let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(c) = MATRIX.get(n) else { break };
+                    let outcome = run_case(n, c, &redis, &dir, &not_executable, &nowhere);
+                    *lock(&outcomes[n]) = Some(outcome);
+                }
+            });
+        }
+    });
     let mut failures = Vec::new();
-    for (n, c) in MATRIX.iter().enumerate() {
-        let key = format!("lock:matrix:{n}");
-        let marker = file(&dir, &format!("ran-{n}"));
-        proxy.set(match c.via {
-            Swallowed => Mode::Blackhole,
-            Resetting => Mode::Reset,
-            _ => Mode::Pass,
-        });
-        let url = match c.via {
-            Direct => redis.url(),
-            Proxied | Swallowed | Resetting => proxy.url(),
-            Nowhere => nowhere.clone(),
-            User(user, password) => format!("redis://{user}:{password}@127.0.0.1:{}", redis.port),
-            Url(url) => url.to_owned(),
-        };
-        if c.setting == WrongType {
-            redis.cmd::<i64>(&[b"HSET", key.as_bytes(), b"field", b"value"]);
-        }
-        if matches!(c.setting, HeldByOther | Sigterm) {
-            redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"60000"]);
-        }
-        let mut cmd = redlock_at(&url);
-        cmd.args(["-k", &key]).args(c.options).env("MARKER", &marker);
-        match c.cmd {
-            Sh(body) => {
-                cmd.args(["--", "sh", "-c"]).arg(format!("touch \"$MARKER\"; {body}"));
-            }
-            Argv(program) => {
-                cmd.args(["--", program]);
-            }
-            NotExecutable => {
-                cmd.arg("--").arg(&not_executable);
-            }
-            Nothing => {}
-        }
-        let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        match c.setting {
-            DeletedMidRun | BlackholedMidRun => {
-                assert!(wait_until(Duration::from_secs(5), || marker.exists()), "{}: never ran", c.what);
-                if c.setting == DeletedMidRun {
-                    redis.cmd::<i64>(&[b"DEL", key.as_bytes()]);
-                } else {
-                    proxy.set(Mode::Blackhole);
-                }
-            }
-            Sigterm => {
-                std::thread::sleep(Duration::from_millis(300));
-                kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-            }
-            _ => {}
-        }
-        let out = wait_output(child, LIMIT);
-        proxy.set(Mode::Pass);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let code = out.status.code().unwrap_or(-1);
-        let mut problems = Vec::new();
-        if code != c.status {
-            problems.push(format!("exit status {code}, expected {}", c.status));
-        }
-        if matches!(c.cmd, Sh(_)) && marker.exists() == matches!(c.by, Wrapper(_)) {
-            problems.push(format!("the command {}", if marker.exists() { "ran" } else { "did not run" }));
-        }
-        match c.by {
-            Own if !stderr.is_empty() => {
-                problems.push("the wrapper spoke up about the command's status".into())
-            }
-            Wrapper(says) | Stopped(says) => {
-                // Its own lines, clap's for a command line it could not parse included.
-                let said = stderr.lines().any(|l| l.starts_with("redlock-run: ") && l.contains(says));
-                if !said {
-                    problems.push(format!("no line on stderr says {says:?}"));
-                }
-            }
-            Own => {}
-        }
-        if !out.stdout.is_empty() {
-            problems.push("something on stdout".to_owned());
-        }
-        // Nothing left held: the key is gone (at the latest when its TTL runs out), or still
-        // what someone else put there.
-        let expected = match c.setting {
-            HeldByOther | Sigterm => Some("someone-else"),
-            WrongType => Some("<hash>"),
-            _ => None,
-        };
-        if !wait_until(Duration::from_secs(2), || redis_value(&redis, &key).as_deref() == expected) {
-            problems.push(format!("the key holds {:?} afterwards", redis_value(&redis, &key)));
-        }
+    for (c, outcome) in MATRIX.iter().zip(outcomes) {
+        let Outcome { code, problems, stderr } = outcome.into_inner().unwrap().expect("every case ran");
         eprintln!("{code:>4}  {:<36} {}", c.what, if problems.is_empty() { "ok" } else { "FAILED" });
         if !problems.is_empty() {
             failures.push(format!("{}: {}\n  stderr: {}", c.what, problems.join("; "), stderr.trim()));
@@ -253,4 +185,115 @@ fn exit_status_matrix() {
         MATRIX.len(),
         failures.join("\n")
     );
+}
+
+/// What one case came to: its exit status, what was wrong with it, and its stderr.
+struct Outcome {
+    code: i32,
+    problems: Vec<String>,
+    stderr: String,
+}
+
+/// Runs case `n` of the matrix on its own key, with a fault proxy of its own if it goes
+/// through one.
+fn run_case(
+    n: usize,
+    c: &Case,
+    redis: &RedisServer,
+    dir: &tempfile::TempDir,
+    not_executable: &std::path::Path,
+    nowhere: &str,
+) -> Outcome {
+    let key = format!("lock:matrix:{n}");
+    let marker = file(dir, &format!("ran-{n}"));
+    let proxy = matches!(c.via, Proxied | Swallowed | Resetting).then(|| FaultProxy::start(redis.port));
+    let proxy_url = || proxy.as_ref().expect("a proxied case has its proxy").url();
+    if let Some(proxy) = &proxy {
+        proxy.set(match c.via {
+            Swallowed => Mode::Blackhole,
+            Resetting => Mode::Reset,
+            _ => Mode::Pass,
+        });
+    }
+    let url = match c.via {
+        Direct => redis.url(),
+        Proxied | Swallowed | Resetting => proxy_url(),
+        Nowhere => nowhere.to_owned(),
+        User(user, password) => format!("redis://{user}:{password}@127.0.0.1:{}", redis.port),
+        Url(url) => url.to_owned(),
+    };
+    if c.setting == WrongType {
+        redis.cmd::<i64>(&[b"HSET", key.as_bytes(), b"field", b"value"]);
+    }
+    if matches!(c.setting, HeldByOther | Sigterm) {
+        redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"60000"]);
+    }
+    let mut cmd = redlock_at(&url);
+    cmd.args(["-k", &key]).args(c.options).env("MARKER", &marker);
+    match c.cmd {
+        Sh(body) => {
+            cmd.args(["--", "sh", "-c"]).arg(format!("touch \"$MARKER\"; {body}"));
+        }
+        Argv(program) => {
+            cmd.args(["--", program]);
+        }
+        NotExecutable => {
+            cmd.arg("--").arg(not_executable);
+        }
+        Nothing => {}
+    }
+    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    match c.setting {
+        DeletedMidRun | BlackholedMidRun => {
+            assert!(wait_until(Duration::from_secs(5), || marker.exists()), "{}: never ran", c.what);
+            if c.setting == DeletedMidRun {
+                redis.cmd::<i64>(&[b"DEL", key.as_bytes()]);
+            } else {
+                proxy.as_ref().expect("a proxied case has its proxy").set(Mode::Blackhole);
+            }
+        }
+        Sigterm => {
+            std::thread::sleep(Duration::from_millis(300));
+            kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+        }
+        _ => {}
+    }
+    let out = wait_output(child, LIMIT);
+    if let Some(proxy) = &proxy {
+        proxy.set(Mode::Pass);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap_or(-1);
+    let mut problems = Vec::new();
+    if code != c.status {
+        problems.push(format!("exit status {code}, expected {}", c.status));
+    }
+    if matches!(c.cmd, Sh(_)) && marker.exists() == matches!(c.by, Wrapper(_)) {
+        problems.push(format!("the command {}", if marker.exists() { "ran" } else { "did not run" }));
+    }
+    match c.by {
+        Own if !stderr.is_empty() => problems.push("the wrapper spoke up about the command's status".into()),
+        Wrapper(says) | Stopped(says) => {
+            // Its own lines, clap's for a command line it could not parse included.
+            let said = stderr.lines().any(|l| l.starts_with("redlock-run: ") && l.contains(says));
+            if !said {
+                problems.push(format!("no line on stderr says {says:?}"));
+            }
+        }
+        Own => {}
+    }
+    if !out.stdout.is_empty() {
+        problems.push("something on stdout".to_owned());
+    }
+    // Nothing left held: the key is gone (at the latest when its TTL runs out), or still
+    // what someone else put there.
+    let expected = match c.setting {
+        HeldByOther | Sigterm => Some("someone-else"),
+        WrongType => Some("<hash>"),
+        _ => None,
+    };
+    if !wait_until(Duration::from_secs(2), || redis_value(redis, &key).as_deref() == expected) {
+        problems.push(format!("the key holds {:?} afterwards", redis_value(redis, &key)));
+    }
+    Outcome { code, problems, stderr }
 }

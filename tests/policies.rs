@@ -355,7 +355,7 @@ fn out_of_memory_never_fails_open() {
 /// a free one fails closed whatever `--fail-open` says.
 #[test]
 fn a_replica_never_fails_open() {
-    let master = RedisServer::start();
+    let master = RedisServer::start_with(SYNC_AT_ONCE);
     let port = master.port.to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
     let synced = wait_until(Duration::from_secs(10), || {

@@ -5,6 +5,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use support::sentinel::Sentinel;
@@ -355,7 +356,7 @@ fn a_unix_socket_works() {
 
 #[test]
 fn sentinel_finds_the_master_and_follows_a_failover() {
-    let mut master = RedisServer::start();
+    let mut master = RedisServer::start_with(SYNC_AT_ONCE);
     let replica_of = master.port.to_string();
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &replica_of]);
     let sentinel = Sentinel::start(master.port);
@@ -425,8 +426,43 @@ struct Cluster {
     nodes: Vec<RedisServer>,
 }
 
+/// The tests that each take a [`Cluster`] of their own.
+const CLUSTER_TESTS: usize = 5;
+
+/// Clusters made ahead, all at once, by the first test that wants one: a node accepts writes
+/// only 2 s after it started (Redis waits that long before a master's cluster state can turn
+/// ok), and one cluster made per test spent those 2 s five times over, one after the other.
+/// Each test still takes a cluster of its own, which it stops when it drops it; what no test
+/// took (a filtered run) is stopped when the test process exits.
+static MADE_AHEAD: Mutex<Option<Vec<Cluster>>> = Mutex::new(None);
+
+/// Stops the clusters no test took; runs at the test process's exit.
+extern "C" fn stop_clusters_made_ahead() {
+    if let Ok(mut made) = MADE_AHEAD.try_lock() {
+        made.take();
+    }
+}
+
 impl Cluster {
+    /// A cluster of its own for the calling test.
     fn start() -> Self {
+        let mut made = lock(&MADE_AHEAD);
+        let ahead = made.get_or_insert_with(|| {
+            // SAFETY: registers a function that takes no arguments, to run at exit.
+            assert_eq!(unsafe { libc::atexit(stop_clusters_made_ahead) }, 0, "atexit");
+            std::thread::scope(|s| {
+                let making: Vec<_> = (0..CLUSTER_TESTS).map(|_| s.spawn(Cluster::make)).collect();
+                making
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                    .collect()
+            })
+        });
+        ahead.pop().unwrap_or_else(Cluster::make)
+    }
+
+    /// Three masters on their own ports, the slots split between them, ready for writes.
+    fn make() -> Self {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 RedisServer::start_with(&[

@@ -235,6 +235,11 @@ impl RedisServer {
     }
 }
 
+/// Options for a master whose replica is started next: the master sends the replica its
+/// dataset at once, instead of waiting 5 s (`repl-diskless-sync-delay`) for more replicas to
+/// share the transfer. Only the first sync is sooner; what the replica then does is the same.
+pub const SYNC_AT_ONCE: &[&str] = &["--repl-diskless-sync-delay", "0"];
+
 /// The key's value as text, `<hash>` for a hash.
 pub fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
     let kind: String = redis.cmd(&[b"TYPE", key.as_bytes()]);

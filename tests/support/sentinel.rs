@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tempfile::TempDir;
 
-use super::{RedisServer, free_port, tmp, wait_until};
+use super::{RedisServer, SYNC_AT_ONCE, free_port, tmp, wait_until};
 
 /// The master name every fixture Sentinel monitors.
 pub const MASTER_NAME: &str = "main";
@@ -139,7 +139,9 @@ pub struct SentinelSet {
 
 impl SentinelSet {
     pub fn start(sentinels: usize, watch: Watch) -> Self {
-        let master = RedisServer::start();
+        // Only the master's first sync is sooner: after a failover the promoted replica, which
+        // keeps the default, syncs the demoted master as it would.
+        let master = RedisServer::start_with(SYNC_AT_ONCE);
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
         let sentinels: Vec<Sentinel> =
             (0..sentinels).map(|_| Sentinel::start_with(master.port, watch)).collect();
