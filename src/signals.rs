@@ -2,7 +2,7 @@
 //! arrives while waiting for the lock aborts the wait, and so that, as PID 1, signals are not
 //! dropped by the kernel for lack of a handler.
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
 use tokio::signal::unix::{Signal as Stream, SignalKind, signal};
 
 pub struct Signals {
@@ -33,11 +33,21 @@ const HANDLED: [Signal; 12] = [
 
 impl Signals {
     pub fn install() -> std::io::Result<Self> {
-        let streams = HANDLED
+        let streams: Vec<(Signal, Stream)> = HANDLED
             .iter()
             .filter(|&&sig| sig == Signal::SIGCONT || !crate::sys::ignored_at_start(sig))
             .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
             .collect::<std::io::Result<_>>()?;
+        // A mask inherited from whatever started the wrapper must not hold back the signals it
+        // handles: a blocked SIGTERM would never be passed on, and a blocked SIGCHLD would leave
+        // the command's exit unnoticed until the next renewal, with the lock held meanwhile.
+        // (The command itself starts with nothing blocked.)
+        let mut handled = SigSet::empty();
+        handled.add(Signal::SIGCHLD);
+        for (sig, _) in &streams {
+            handled.add(*sig);
+        }
+        pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&handled), None)?;
         Ok(Signals { streams })
     }
 

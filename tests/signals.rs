@@ -679,3 +679,49 @@ fn the_command_starts_with_no_signal_blocked_or_ignored() {
     let ignored = u64::from_str_radix(&field("SigIgn:"), 16).unwrap() & 0x7fff_ffff;
     assert_eq!(ignored, 0, "ignored signals: {:x}", ignored);
 }
+
+/// Whatever started the wrapper may have blocked signals before exec'ing it (the mask is
+/// inherited): the wrapper still handles its signals. A blocked SIGCHLD must not leave the
+/// command's exit unnoticed until the next renewal (a third of `--ttl`, with the lock held
+/// meanwhile), nor a blocked SIGTERM keep the command from getting it.
+#[test]
+fn signals_blocked_when_the_wrapper_starts_are_still_handled() {
+    let redis = RedisServer::start();
+    let blocking = |cmd: &mut Command| {
+        // SAFETY: between fork and exec only sigemptyset/sigaddset/sigprocmask, which are
+        // async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: nix::libc::sigset_t = std::mem::zeroed();
+                nix::libc::sigemptyset(&mut set);
+                for sig in [nix::libc::SIGCHLD, nix::libc::SIGTERM, nix::libc::SIGINT] {
+                    nix::libc::sigaddset(&mut set, sig);
+                }
+                nix::libc::sigprocmask(nix::libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+    };
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:masked", "--ttl", "30s", "--", "true"]);
+    blocking(&mut cmd);
+    let r = run(&mut cmd, LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.elapsed < Duration::from_secs(3), "the command's exit was seen after {:?}", r.elapsed);
+
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:masked", "--ttl", "30s", "--", "sh", "-c"])
+        .arg(trapping("trap 'exit 7' TERM"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null());
+    blocking(&mut cmd);
+    let mut wrapper = cmd.spawn().expect("spawn");
+    read_when_present(&pidfile, Duration::from_secs(5));
+    let sent = Instant::now();
+    kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
+    assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(7), "SIGTERM reached the command");
+    assert!(sent.elapsed() < Duration::from_secs(3), "took {:?}", sent.elapsed());
+    assert!(!redis.exists(b"lock:masked"));
+}
