@@ -247,7 +247,13 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
                     return fail(handoff, *libc::__errno_location());
                 }
                 libc::EACCES => denied = true,
-                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                // Not there (or a PATH entry too long to be a path): the next one.
+                libc::ENOENT
+                | libc::ENOTDIR
+                | libc::ESTALE
+                | libc::ENODEV
+                | libc::ETIMEDOUT
+                | libc::ENAMETOOLONG => {}
                 errno => return fail(handoff, errno),
             }
             at = at.add(1);

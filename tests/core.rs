@@ -88,7 +88,9 @@ fn the_command_is_found_in_path_as_execvp_finds_it() {
     write(&second.join("job"), "#!/bin/sh\necho second \"$@\"\n", 0o755);
     write(&second.join("plain"), "echo plain \"$0\" \"$@\"\n", 0o755);
     write(&first.join("locked"), "#!/bin/sh\necho locked\n", 0o644);
-    let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
+    // An entry too long to be a path is stepped over, as execvp does.
+    let long = format!("/{}", "x".repeat(5000));
+    let path = format!("{long}:{}:{}:/usr/bin:/bin", first.display(), second.display());
     let go = |command: &[&str]| {
         run(redlock(&redis).env("PATH", &path).args(["-k", "lock:path", "--"]).args(command), LIMIT)
     };
