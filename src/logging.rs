@@ -3,7 +3,8 @@
 //! Lines are handed to a writer thread through a bounded queue and dropped when it is full, so
 //! that a stderr nobody reads (a full pipe) can never block the watchdog. (tracing-appender's
 //! non-blocking writer would do, but on a stuck stderr its shutdown prints to stdout.) The thread
-//! starts with the first line: a quiet, successful run never pays for it.
+//! starts with the first line: a quiet, successful run never pays for it. When no thread can be
+//! started (the process limit), lines go to stderr directly, when that cannot block.
 
 use std::fmt;
 use std::io::{self, Write};
@@ -81,7 +82,7 @@ pub struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let Some(Some(tx)) = self.queue.as_ref().map(|q| q.0.get()) else { return };
+        let Some(Some(Sink::Thread(tx))) = self.queue.as_ref().map(|q| q.0.get()) else { return };
         let give_up = Instant::now() + FLUSH_LIMIT;
         let (done_tx, done) = mpsc::sync_channel(1);
         let mut msg = Msg::Flush(done_tx);
@@ -99,35 +100,55 @@ impl Drop for Guard {
     }
 }
 
+/// Where lines go: the writer thread (started on first use), or, when no thread can be started
+/// (a process limit reached), stderr directly but only when that cannot block.
+#[derive(Clone)]
+enum Sink {
+    Thread(SyncSender<Msg>),
+    Direct,
+}
+
 /// Hands each formatted event to the writer thread (started on first use), or drops it when
 /// the queue is full.
 #[derive(Clone)]
-struct Queue(Arc<OnceLock<SyncSender<Msg>>>);
+struct Queue(Arc<OnceLock<Sink>>);
 
 impl Queue {
-    fn sender(&self) -> SyncSender<Msg> {
+    fn sink(&self) -> Sink {
         self.0
             .get_or_init(|| {
                 let (tx, rx) = mpsc::sync_channel(QUEUE);
-                // Without the thread, the receiver is dropped and lines are lost rather than
-                // blocking anything.
-                let _ = std::thread::Builder::new().name("stderr".into()).spawn(move || write_lines(rx));
-                tx
+                match std::thread::Builder::new().name("stderr".into()).spawn(move || write_lines(rx)) {
+                    Ok(_) => Sink::Thread(tx),
+                    Err(_) => Sink::Direct,
+                }
             })
             .clone()
     }
 }
 
+/// Writes a line straight to stderr if that cannot block: a pipe reports room for a whole line
+/// of up to 4 KiB (PIPE_BUF) as writable. Otherwise the line is dropped, as a full queue's are.
+fn write_direct(line: &[u8]) {
+    let mut pollfd = nix::libc::pollfd { fd: 2, events: nix::libc::POLLOUT, revents: 0 };
+    // SAFETY: polls fd 2 for writability without waiting; the struct outlives the call.
+    let ready =
+        unsafe { nix::libc::poll(&mut pollfd, 1, 0) } == 1 && pollfd.revents & nix::libc::POLLOUT != 0;
+    if ready && line.len() <= 4096 {
+        let _ = io::stderr().write_all(line);
+    }
+}
+
 struct Line {
     buf: Vec<u8>,
-    tx: SyncSender<Msg>,
+    sink: Sink,
 }
 
 impl<'a> MakeWriter<'a> for Queue {
     type Writer = Line;
 
     fn make_writer(&'a self) -> Line {
-        Line { buf: Vec::with_capacity(160), tx: self.sender() }
+        Line { buf: Vec::with_capacity(160), sink: self.sink() }
     }
 }
 
@@ -144,8 +165,14 @@ impl Write for Line {
 
 impl Drop for Line {
     fn drop(&mut self) {
-        if !self.buf.is_empty() {
-            let _ = self.tx.try_send(Msg::Line(std::mem::take(&mut self.buf)));
+        if self.buf.is_empty() {
+            return;
+        }
+        match &self.sink {
+            Sink::Thread(tx) => {
+                let _ = tx.try_send(Msg::Line(std::mem::take(&mut self.buf)));
+            }
+            Sink::Direct => write_direct(&self.buf),
         }
     }
 }

@@ -229,3 +229,34 @@ fn leftovers_the_wrapper_cannot_stop_end_the_run_with_125() {
         redis.cmd::<()>(&[b"DEL", b"lock:eperm-left"]);
     }
 }
+
+/// At the process limit (`ulimit -u`) nothing can be started: not the command, not the thread
+/// that writes diagnostics. The run still says why on stderr, exits 126 and gives the lock back.
+#[test]
+fn at_the_process_limit_the_run_says_why_and_releases() {
+    use std::os::unix::process::CommandExt;
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    let mut cmd = Command::new(stage.path("redlock-run"));
+    default_signals(&mut cmd);
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .args(["--redis-url", &redis.url(), "-k", "lock:nproc", "--", "true"])
+        .current_dir(stage.path("."))
+        .gid(NOBODY);
+    // SAFETY: between fork and exec only setrlimit(2) and setuid(2), async-signal-safe. The
+    // limit is set while still root, then applies to `nobody`, whose one process is the wrapper.
+    unsafe {
+        cmd.pre_exec(|| {
+            let one = nix::libc::rlimit { rlim_cur: 1, rlim_max: 1 };
+            if nix::libc::setrlimit(nix::libc::RLIMIT_NPROC, &one) != 0 || nix::libc::setuid(NOBODY) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd, LIMIT);
+    assert_eq!(r.code, 126, "{}", r.stderr);
+    assert!(r.stderr.contains("cannot run true: Resource temporarily unavailable"), "{:?}", r.stderr);
+    assert!(!redis.exists(b"lock:nproc"), "released");
+}
