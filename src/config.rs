@@ -458,14 +458,18 @@ fn redis_config(
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_SOURCE: &str = "the default";
 
-/// A Sentinel address as HOST[:PORT]: Sentinel's own port, 26379, when none is given.
+/// A Sentinel address as HOST[:PORT]: Sentinel's own port, 26379, when none is given; the host
+/// in lowercase (see `lock::url::lowercase_host`).
 fn with_sentinel_port(addr: &str) -> String {
-    let host = addr.rsplit_once('@').map_or(addr, |(_, host)| host);
+    let (credentials, host) = match addr.rsplit_once('@') {
+        Some((credentials, host)) => (format!("{credentials}@"), host.to_ascii_lowercase()),
+        None => (String::new(), addr.to_ascii_lowercase()),
+    };
     let has_port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').is_some_and(|(_, rest)| rest.starts_with(':')),
         None => host.contains(':'),
     };
-    if has_port { addr.to_owned() } else { format!("{addr}:26379") }
+    if has_port { format!("{credentials}{host}") } else { format!("{credentials}{host}:26379") }
 }
 
 /// What a TLS file must hold.
@@ -886,5 +890,6 @@ mod tests {
         assert_eq!(with_sentinel_port("[::1]:5000"), "[::1]:5000");
         assert_eq!(with_sentinel_port("u:pw@host"), "u:pw@host:26379");
         assert_eq!(with_sentinel_port("u:pw@host:1"), "u:pw@host:1");
+        assert_eq!(with_sentinel_port("U:Pw@Sentinel-A"), "U:Pw@sentinel-a:26379");
     }
 }

@@ -210,7 +210,8 @@ impl Conn {
                 .iter()
                 .map(|seed| {
                     let info = seed.as_str().into_connection_info()?;
-                    let info = info.set_redis_settings(self.info.redis_settings().clone());
+                    let addr = url::lowercase_host(info.addr().clone());
+                    let info = info.set_addr(addr).set_redis_settings(self.info.redis_settings().clone());
                     make_client(info, self.tls.as_ref())
                 })
                 .collect::<Result<Vec<_>, _>>()
@@ -265,12 +266,12 @@ impl Conn {
                     sentinels.rotate_left(turn);
                     self.sentinel_turn += 1;
                     let (host, port) = self.discover(&sentinels, &master, demoted.as_ref()).await?;
-                    let addr = match self.info.addr() {
+                    let addr = url::lowercase_host(match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
                             ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
                         }
                         _ => ConnectionAddr::Tcp(host, port),
-                    };
+                    });
                     let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
                         .map_err(|e| Fault::from_redis(&e))?;
                     let mut link = self.connect_node(client).await?;
@@ -291,7 +292,9 @@ impl Conn {
                     link
                 }
                 Topology::Cluster { seeds } => {
-                    let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                    // Checked in `new`; parsed again for the host in lowercase.
+                    let seeds = seeds.iter().filter_map(|s| url::parse(s, "").ok()).collect::<Vec<_>>();
+                    let mut builder = ClusterClientBuilder::new(seeds)
                         .connection_timeout(self.connect_timeout)
                         .response_timeout(self.command_timeout)
                         // TRYAGAIN, CLUSTERDOWN, LOADING: the client waits 1.28 s or more

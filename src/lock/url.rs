@@ -1,13 +1,28 @@
 //! Redis URLs as the user gives them: parsed into connection settings, with errors that say
 //! where the URL came from, and shown in messages without their password.
 
-use redis::{ConnectionInfo, IntoConnectionInfo, RedisError};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
 
 use crate::exit::Error;
 
 /// Parses the URL that came from `source` (`--redis-url`, a variable, the default).
 pub fn parse(url: &str, source: &str) -> Result<ConnectionInfo, Error> {
-    url.into_connection_info().map_err(|e| invalid(url, source, e))
+    let info = url.into_connection_info().map_err(|e| invalid(url, source, e))?;
+    let addr = lowercase_host(info.addr().clone());
+    Ok(info.set_addr(addr))
+}
+
+/// Host names are case-insensitive (DNS; glibc's /etc/hosts lookup), but musl's /etc/hosts
+/// lookup is not: `redis://LOCALHOST` failed in the static build only. Written in lowercase
+/// for every build alike (a certificate's names are matched without regard to case anyway).
+pub fn lowercase_host(addr: ConnectionAddr) -> ConnectionAddr {
+    match addr {
+        ConnectionAddr::Tcp(host, port) => ConnectionAddr::Tcp(host.to_ascii_lowercase(), port),
+        ConnectionAddr::TcpTls { host, port, insecure, tls_params } => {
+            ConnectionAddr::TcpTls { host: host.to_ascii_lowercase(), port, insecure, tls_params }
+        }
+        other => other,
+    }
 }
 
 /// The error for a URL that redis-rs rejected.
@@ -80,6 +95,22 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_names_are_written_in_lowercase() {
+        for (url, host) in [
+            ("redis://LOCALHOST:6379", "localhost"),
+            ("rediss://u:Pw@Redis.Example.COM:6380/2", "redis.example.com"),
+            ("redis://[::1]:6379", "::1"),
+        ] {
+            let info = super::parse(url, "--redis-url").unwrap();
+            let got = match info.addr() {
+                redis::ConnectionAddr::Tcp(h, _) | redis::ConnectionAddr::TcpTls { host: h, .. } => h.clone(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(got, host, "{url}");
+        }
+    }
+
     use super::redact_url;
 
     #[test]
