@@ -79,7 +79,10 @@ impl Child {
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs };
+        let guardian = sys::Guardian::start()
+            .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
+            .ok();
+        let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: guardian.as_ref() };
         sys::become_subreaper();
         let pid = sys::spawn(program, argv, &environment(env), launch).map_err(|e| {
             if foreground {
@@ -87,10 +90,17 @@ impl Child {
                 sys::give_terminal_to(nix::unistd::getpgrp());
             }
             spawn_error(program, &e)
-        })?;
-        let guardian = sys::Guardian::start(pid)
-            .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
-            .ok();
+        });
+        let pid = match pid {
+            Ok(pid) => pid,
+            Err(e) => {
+                // Nothing to guard: the command's process is gone (its pid may be reused).
+                if let Some(guardian) = guardian {
+                    guardian.dismiss();
+                }
+                return Err(e);
+            }
+        };
         if foreground {
             // Also done in the child; doing it here too closes the race with a command that
             // touches the terminal before the child's own call.

@@ -58,9 +58,11 @@ pub fn become_subreaper() -> bool {
 /// How the command starts: in its own process group (and, with `foreground`, as the terminal's
 /// foreground group), killed if the wrapper dies, and with `no_new_privs` unable ever to gain
 /// privileges (setuid bits, file capabilities) and so leave the wrapper's reach.
-pub struct Launch {
+pub struct Launch<'g> {
     pub foreground: bool,
     pub no_new_privs: bool,
+    /// Told the command's pid by the command's own process, before its exec.
+    pub guardian: Option<&'g Guardian>,
 }
 
 /// What the command's process reports to the wrapper before its exec: the error that stopped
@@ -75,7 +77,10 @@ struct Handoff {
     /// is filled in by the new process.
     sh_argv: *mut *const libc::c_char,
     parent: libc::pid_t,
-    launch: Launch,
+    foreground: bool,
+    no_new_privs: bool,
+    /// The guardian's pipe, or -1.
+    guardian: libc::c_int,
     errno: libc::c_int,
 }
 
@@ -102,7 +107,7 @@ pub fn spawn(
     program: &std::ffi::OsStr,
     argv: &[std::ffi::OsString],
     envp: &[std::ffi::OsString],
-    launch: Launch,
+    launch: Launch<'_>,
 ) -> io::Result<Pid> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -131,7 +136,9 @@ pub fn spawn(
         envp: envp_ptrs.as_ptr(),
         sh_argv: sh_argv.as_mut_ptr(),
         parent: nix::unistd::getpid().as_raw(),
-        launch,
+        foreground: launch.foreground,
+        no_new_privs: launch.no_new_privs,
+        guardian: launch.guardian.map_or(-1, Guardian::pipe),
         errno: 0,
     };
     // SAFETY: a fresh private anonymous mapping, unmapped below once the new process has
@@ -224,11 +231,19 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
             // The wrapper died before the line above took effect.
             return fail(handoff, libc::ESRCH);
         }
-        if handoff.launch.foreground {
+        if handoff.guardian >= 0 {
+            // Its process group is its pid: from here on, a dead wrapper means a dead group.
+            let mut message = [GUARD; 5];
+            message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
+            if libc::write(handoff.guardian, message.as_ptr().cast(), message.len()) != 5 {
+                return fail(handoff, *libc::__errno_location());
+            }
+        }
+        if handoff.foreground {
             // SIGTTOU is blocked: a background group may take the terminal.
             libc::tcsetpgrp(0, libc::getpid());
         }
-        if handoff.launch.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+        if handoff.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return fail(handoff, *libc::__errno_location());
         }
         let mut empty: libc::sigset_t = std::mem::zeroed();
@@ -294,38 +309,41 @@ pub struct Guardian {
     write: std::os::fd::OwnedFd,
 }
 
-/// What the wrapper tells the guardian, one byte each.
+/// What the guardian is told, one byte each; `GUARD` is followed by the command's pid (4 bytes,
+/// native order) in the same write, made by the command's process before its exec.
 const DISMISS: u8 = b'x';
 const WATCH: u8 = b's';
 const UNWATCH: u8 = b'r';
+const GUARD: u8 = b'p';
 
 impl Guardian {
-    /// Forks the guardian of the command `pid`, which leads its own process group. Done right
-    /// after the command started, while it execs: measured against forking first thing in a
-    /// run (when the wrapper is smaller), this costs least, because every page shared by a fork
-    /// faults on its next write for as long as the guardian lives (BENCHMARKS.md).
-    pub fn start(pid: Pid) -> io::Result<Self> {
-        use std::io::Write;
+    /// Forks the guardian, right before the command is started: the command's own process
+    /// tells it its pid before its exec (see [`spawn`]), so that there is no moment when the
+    /// command runs and a SIGKILLed wrapper would leave its group behind. (Forked earlier in a
+    /// run it costs more: every page a fork shares faults on the wrapper's next write for as
+    /// long as the guardian lives; BENCHMARKS.md.)
+    pub fn start() -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (read_fd, write_fd) = (read.as_raw_fd(), write.as_raw_fd());
-        // Formatted before the fork: the child may not allocate.
-        let mut stat_path = [0u8; 32];
-        write!(&mut stat_path[..31], "/proc/{}/stat", pid.as_raw())?;
         let wrapper = nix::unistd::getpid().as_raw();
         let open_max = open_max();
         // SAFETY: the child only makes async-signal-safe system calls (signal, close_range,
         // close, dup2, setpgid, read, poll, open, kill, _exit) and never returns into Rust code
         // that could allocate or lock.
         match unsafe { nix::unistd::fork() }? {
-            nix::unistd::ForkResult::Child => unsafe {
-                guard(read_fd, write_fd, pid.as_raw(), wrapper, &stat_path, open_max)
-            },
+            nix::unistd::ForkResult::Child => unsafe { guard(read_fd, write_fd, wrapper, open_max) },
             nix::unistd::ForkResult::Parent { .. } => {
                 drop(read);
                 Ok(Guardian { write })
             }
         }
+    }
+
+    /// The descriptor the command's process writes its pid to (see [`spawn`]).
+    fn pipe(&self) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        self.write.as_raw_fd()
     }
 
     /// The wrapper is about to stop itself with its stopped command: wake it if the command
@@ -375,19 +393,32 @@ const GUARDIAN_IGNORES: [i32; 11] = [
     nix::libc::SIGTTOU,
 ];
 
+/// `/proc/PID/stat`, NUL-terminated, written without allocating (in the guardian).
+fn stat_path(pid: i32) -> [u8; 32] {
+    let mut path = [0u8; 32];
+    path[..6].copy_from_slice(b"/proc/");
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (pid.unsigned_abs(), 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        path[6 + i] = digits[len - 1 - i];
+    }
+    path[6 + len..6 + len + 5].copy_from_slice(b"/stat");
+    path
+}
+
 /// The guardian's whole life, between fork and `_exit`.
 ///
 /// # Safety
 /// Only to be called in a freshly forked child; it never returns.
-unsafe fn guard(
-    read_fd: i32,
-    write_fd: i32,
-    pid: i32,
-    wrapper: i32,
-    stat_path: &[u8; 32],
-    open_max: i32,
-) -> ! {
-    use nix::libc;
+unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
     // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
     unsafe {
@@ -408,12 +439,16 @@ unsafe fn guard(
                 libc::close(fd);
             }
         }
+        // The command, once it has said its pid: its process group and its /proc stat file.
+        let mut command: Option<(i32, [u8; 32])> = None;
         let mut watching = false;
         loop {
             let mut pipe = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
             let ready = libc::poll(&mut pipe, 1, if watching { WATCH_EVERY_MS } else { -1 });
             if ready == 0 {
-                if command_runs(stat_path) {
+                if let Some((_, path)) = &command
+                    && command_runs(path)
+                {
                     libc::kill(wrapper, libc::SIGCONT);
                 }
                 continue;
@@ -424,14 +459,24 @@ unsafe fn guard(
                 }
                 libc::_exit(1);
             }
-            let mut byte = 0u8;
-            match libc::read(0, (&raw mut byte).cast(), 1) {
-                1 if byte == WATCH => watching = true,
-                1 if byte == UNWATCH => watching = false,
+            let mut message = [0u8; 5];
+            match libc::read(0, message.as_mut_ptr().cast(), 1) {
+                1 if message[0] == WATCH => watching = true,
+                1 if message[0] == UNWATCH => watching = false,
+                1 if message[0] == GUARD => {
+                    // The pid came in the same write: it is there.
+                    if libc::read(0, message[1..].as_mut_ptr().cast(), 4) != 4 {
+                        libc::_exit(1);
+                    }
+                    let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
+                    command = Some((pid, stat_path(pid)));
+                }
                 1 => libc::_exit(0),
                 0 => {
                     // EOF without goodbye: the wrapper died. Nothing of its command may live on.
-                    libc::kill(-pid, libc::SIGKILL);
+                    if let Some((pid, _)) = command {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
                     libc::_exit(0);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
@@ -449,8 +494,8 @@ unsafe fn guard(
 unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
     use nix::libc;
     let mut buf = [0u8; 512];
-    // SAFETY: the path is NUL-terminated (formatted into a zeroed buffer one byte short of
-    // its length); the buffer outlives the read.
+    // SAFETY: the path is NUL-terminated (`stat_path` fills at most 21 of its 32 zeroed
+    // bytes); the buffer outlives the read.
     let n = unsafe {
         let fd = libc::open(stat_path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
@@ -482,5 +527,19 @@ mod tests {
         assert_eq!(candidates("./x".as_ref(), path), ["./x"]);
         assert_eq!(candidates("d/x".as_ref(), path), ["d/x"]);
         assert_eq!(candidates("x".as_ref(), None), ["/bin/x", "/usr/bin/x"]);
+    }
+}
+
+#[cfg(test)]
+mod guardian_tests {
+    use super::stat_path;
+
+    #[test]
+    fn stat_paths_are_written_whole_and_nul_terminated() {
+        for pid in [1, 9, 10, 12345, 4_194_304, i32::MAX] {
+            let path = stat_path(pid);
+            let end = path.iter().position(|&b| b == 0).expect("NUL-terminated");
+            assert_eq!(std::str::from_utf8(&path[..end]).unwrap(), format!("/proc/{pid}/stat"));
+        }
     }
 }

@@ -234,6 +234,7 @@ fn leftovers_the_wrapper_cannot_stop_end_the_run_with_125() {
 /// that writes diagnostics. The run still says why on stderr, exits 126 and gives the lock back.
 #[test]
 fn at_the_process_limit_the_run_says_why_and_releases() {
+    const LONE: u32 = 61_234;
     use std::os::unix::process::CommandExt;
     let Some(stage) = Stage::new() else { return };
     let redis = RedisServer::start();
@@ -243,13 +244,14 @@ fn at_the_process_limit_the_run_says_why_and_releases() {
         .env("PATH", "/usr/bin:/bin")
         .args(["--redis-url", &redis.url(), "-k", "lock:nproc", "--", "true"])
         .current_dir(stage.path("."))
-        .gid(NOBODY);
+        .gid(LONE);
     // SAFETY: between fork and exec only setrlimit(2) and setuid(2), async-signal-safe. The
-    // limit is set while still root, then applies to `nobody`, whose one process is the wrapper.
+    // limit is set while still root, then applies to a user of its own (no other test runs as
+    // it, so that its one process is the wrapper).
     unsafe {
         cmd.pre_exec(|| {
             let one = nix::libc::rlimit { rlim_cur: 1, rlim_max: 1 };
-            if nix::libc::setrlimit(nix::libc::RLIMIT_NPROC, &one) != 0 || nix::libc::setuid(NOBODY) != 0 {
+            if nix::libc::setrlimit(nix::libc::RLIMIT_NPROC, &one) != 0 || nix::libc::setuid(LONE) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
