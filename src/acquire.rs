@@ -12,6 +12,7 @@ use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
+use crate::sys::Guardian;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
 const OUTAGE_RETRY: Duration = Duration::from_secs(1);
@@ -37,7 +38,14 @@ pub enum Outcome {
     Unlocked { reason: String },
 }
 
-pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) -> Result<Outcome, Error> {
+/// `guardian`: a run that has to wait forks the guardian of its command-to-be meanwhile, so
+/// that the handoff, when it comes, does not wait for that fork (see `sys::Guardian`).
+pub async fn acquire(
+    lock: &mut Lock,
+    config: &Config,
+    signals: &mut Signals,
+    guardian: &mut Option<Guardian>,
+) -> Result<Outcome, Error> {
     let started = Instant::now();
     let wait_until = started + config.wait;
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
@@ -101,6 +109,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                 if now >= wait_until {
                     leave(lock, queued).await;
                     return Err(busy(config, &busy_now));
+                }
+                if guardian.is_none() {
+                    // Failing here is not reported: the spawn tries again, and says so.
+                    *guardian = Guardian::start().ok();
                 }
                 // A queued waiter tries again when told its turn has come, and at each
                 // keep-alive (which also notices a lock that expired without a release).

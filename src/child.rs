@@ -74,14 +74,18 @@ pub enum Event {
 impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
     /// variables that configure a wrapper, plus the lock's variables.
-    pub fn spawn(argv: &[OsString], env: &LockEnv) -> Result<Child, Error> {
+    ///
+    /// `guardian`: one forked while the run waited for the lock, else one is forked now.
+    pub fn spawn(argv: &[OsString], env: &LockEnv, guardian: Option<sys::Guardian>) -> Result<Child, Error> {
         // Registered before the fork, so the command's exit cannot be missed.
         let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        let guardian = sys::Guardian::start()
-            .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
-            .ok();
+        let guardian = guardian.or_else(|| {
+            sys::Guardian::start()
+                .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
+                .ok()
+        });
         let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: guardian.as_ref() };
         sys::become_subreaper();
         let pid = sys::spawn(program, argv, &environment(env), launch).map_err(|e| {

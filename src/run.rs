@@ -17,6 +17,7 @@ use crate::release::release;
 use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
+use crate::sys::Guardian;
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut report = Report::default();
@@ -59,7 +60,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
-    let outcome = acquire(&mut lock, config, &mut signals).await;
+    let mut guardian = None;
+    let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease) = match outcome? {
         Outcome::Acquired { fences, lease, queue_position } => {
@@ -74,7 +76,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
         Outcome::Unlocked { reason } => {
             report.outcome = Some(RunOutcome::Unlocked);
-            return run_unlocked(config, &mut signals, &reason, report).await;
+            return run_unlocked(config, &mut signals, &reason, report, guardian).await;
         }
     };
     let fence = fences[0];
@@ -97,7 +99,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = match Child::spawn(&config.command, &env) {
+    let mut child = match Child::spawn(&config.command, &env, guardian) {
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
@@ -168,6 +170,7 @@ async fn run_unlocked(
     signals: &mut Signals,
     reason: &str,
     report: &mut Report,
+    guardian: Option<Guardian>,
 ) -> Result<u8, Error> {
     tracing::error!(
         key = %config.key.escape_ascii(),
@@ -183,7 +186,7 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = Child::spawn(&config.command, &env)?;
+    let mut child = Child::spawn(&config.command, &env, guardian)?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
         let format = config.output.format;

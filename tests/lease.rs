@@ -645,3 +645,44 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
     let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
     assert!(died, "the command outlived its wrapper");
 }
+
+/// A run that waits forks its guardian while it waits (so the handoff does not wait for the
+/// fork). That guardian then guards the command like any other: a SIGKILLed waiter-turned-
+/// holder takes its command's whole group with it. A waiter that gives up leaves nothing behind.
+#[test]
+fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (holder_pid, waiter_pid) = (file(&dir, "holder"), file(&dir, "waiter"));
+    let mut holder = redlock(&redis)
+        .args(["-k", "lock:early", "--ttl", "5s", "--"])
+        .args(recorded("sleep 0.7"))
+        .env("PIDFILE", &holder_pid)
+        .spawn()
+        .expect("holder");
+    read_when_present(&holder_pid, Duration::from_secs(5));
+    // Gives up before the holder is done: nothing of it may stay.
+    let mut quitter = redlock(&redis)
+        .args(["-k", "lock:early", "--wait", "200ms", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("quitter");
+    // Its guardian, forked while it waits.
+    let early = find_guardian(quitter.id(), -1).expect("a waiter forks its guardian while it waits");
+    assert_eq!(wait_bounded(&mut quitter, LIMIT).code(), Some(75));
+    assert!(wait_until(Duration::from_secs(2), || !process_alive(early)), "the guardian outlived its waiter");
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:early", "--ttl", "5s", "--wait", "10s", "--"])
+        .args(recorded("sleep 100 & exec sleep 100"))
+        .env("PIDFILE", &waiter_pid)
+        .spawn()
+        .expect("waiter");
+    let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(10)).trim().parse().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || group_members(pid).is_empty());
+    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    assert!(gone, "the waiter's command group outlived it: {:?}", group_members(pid));
+}
