@@ -19,9 +19,9 @@ a flag on the command line wins over the environment.
 Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
 65 the key holds another type, or is used with another kind of lock (--limit, --shared);
 69 Redis unavailable; 70 internal error; 75 lock busy; 77 Redis refused the credentials or
-the ACL denies a command; 78 configuration error (malformed Redis URL); 124 stopped by
---max-runtime; 125 lease lost, command stopped; 126 command could not be started (not
-executable, or the process limit); 127 command not found.
+the ACL denies a command; 78 configuration error (malformed Redis URL, ulimit -n below 64);
+124 stopped by --max-runtime; 125 lease lost, command stopped; 126 command could not be
+started (not executable, or the process limit); 127 command not found.
 
 Examples:
   redlock-run --key lock:settlement:daily --ttl 30m -- ./settle.sh

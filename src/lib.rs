@@ -50,6 +50,9 @@ pub fn main() -> ExitCode {
     };
     let output = invocation.output();
     let _log = logging::init(output);
+    if let Err(e) = sys::enough_descriptors() {
+        return report(e, None, output.format);
+    }
     // As the run's other events show it: escaped bytes, no quotes.
     let key = invocation.key().escape_ascii().to_string();
     let fail = |e| report(e, Some(&key), output.format);
