@@ -171,7 +171,8 @@ pub fn spawn(
         return Err(e.into());
     }
     // SAFETY: the stack is ours and large enough; `launched` only reads `handoff` (alive on this
-    // thread's stack, which CLONE_VFORK suspends until the exec) and writes its `errno`.
+    // thread's stack, which CLONE_VFORK suspends until the exec) and what it points to, and
+    // writes its `errno` and the second word of `sh_argv` (a vector of this frame).
     let pid = unsafe {
         libc::clone(
             launched,
