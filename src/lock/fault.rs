@@ -2,6 +2,7 @@
 //! redis-rs error falls into one, which fault explains a failure on several nodes best, and
 //! the exit status each leads to.
 
+use nix::libc;
 use redis::RedisError;
 
 use crate::exit::Error;
@@ -42,6 +43,14 @@ impl Fault {
         let text = err.to_string();
         if let Some(tls) = tls_failure(err) {
             return Fault::Config(format!("TLS failed: {tls}"));
+        }
+        // Out of descriptors or memory here says nothing about Redis: never "unreachable",
+        // which `--fail-open` would take as leave to run the command without the lock.
+        if io_error(err)
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|e| matches!(e, libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOBUFS))
+        {
+            return Fault::Internal(format!("no resources on this host: {text}"));
         }
         if err.is_io_error() || err.is_timeout() || err.is_connection_dropped() || err.is_connection_refusal()
         {
@@ -88,17 +97,21 @@ pub fn is_transient(code: &str) -> bool {
     matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
 }
 
-/// The TLS error behind a Redis error, if that is what it is. (redis-rs keeps the I/O error
-/// behind an `Arc<dyn Error>`, and the TLS error is the I/O error's payload.)
-fn tls_failure(err: &RedisError) -> Option<String> {
+/// The I/O error behind a Redis error, if there is one. (redis-rs keeps it behind an
+/// `Arc<dyn Error>`.)
+fn io_error(err: &RedisError) -> Option<&std::io::Error> {
     type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
     let source = std::error::Error::source(err)?;
     let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
         Some(shared) => shared.as_ref(),
         None => source,
     };
-    let io = inner.downcast_ref::<std::io::Error>()?;
-    io.get_ref()?.downcast_ref::<rustls::Error>().map(ToString::to_string)
+    inner.downcast_ref::<std::io::Error>()
+}
+
+/// The TLS error behind a Redis error, if that is what it is (the I/O error's payload).
+fn tls_failure(err: &RedisError) -> Option<String> {
+    io_error(err)?.get_ref()?.downcast_ref::<rustls::Error>().map(ToString::to_string)
 }
 
 /// The fault that best explains a failure on several nodes: a mistake to fix before an outage.
@@ -113,4 +126,19 @@ pub fn worst(faults: Vec<Fault>) -> Fault {
         Fault::Unavailable(_) => 6,
     };
     faults.into_iter().min_by_key(rank).unwrap_or_else(|| Fault::Unavailable("no node answered".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_local_resources_is_not_an_unreachable_redis() {
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOMEM, libc::ENOBUFS] {
+            let err = RedisError::from(std::io::Error::from_raw_os_error(errno));
+            assert!(matches!(Fault::from_redis(&err), Fault::Internal(_)), "errno {errno}");
+        }
+        let refused = RedisError::from(std::io::Error::from_raw_os_error(libc::ECONNREFUSED));
+        assert!(matches!(Fault::from_redis(&refused), Fault::Unavailable(_)));
+    }
 }
