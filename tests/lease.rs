@@ -17,6 +17,11 @@ fn recorded(body: &str) -> [String; 3] {
     ["sh".into(), "-c".into(), format!("echo $$ > \"$PIDFILE\"; {body}")]
 }
 
+/// The pid a `recorded` command wrote (waited for up to 5 s).
+fn recorded_pid(pidfile: &std::path::Path) -> i32 {
+    read_when_present(pidfile, Duration::from_secs(5)).trim().parse().unwrap()
+}
+
 fn unix_ms(t: SystemTime) -> i128 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i128
 }
@@ -57,7 +62,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn");
-    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pgid: i32 = recorded_pid(&pidfile);
     assert!(
         wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2),
         "the command and its background job run"
@@ -148,7 +153,7 @@ fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pid: i32 = recorded_pid(&pidfile);
 
     let expiry_lb = freeze_after_renewal(&redis, "lock:frozen");
     let died = death_time(pid, Duration::from_secs(10));
@@ -267,7 +272,7 @@ fn the_command_dies_with_the_wrapper_and_the_key_expires() {
         .env("PIDFILE", &pidfile)
         .spawn()
         .expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pid: i32 = recorded_pid(&pidfile);
     assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
@@ -297,7 +302,7 @@ fn a_paused_wrapper_kills_the_command_as_soon_as_it_wakes() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pid: i32 = recorded_pid(&pidfile);
     let wrapper_pid = Pid::from_raw(wrapper.id() as i32);
     kill(wrapper_pid, Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_secs(2));
@@ -449,7 +454,7 @@ fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plu
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pgid: i32 = recorded_pid(&pidfile);
     let mut b = redlock(&redis)
         .args(["-k", "lock:overlap", "--ttl", "3s", "--wait", "20s", "--", "sh", "-c"])
         .arg("date +%s%N > \"$STARTED\"; sleep 1")
@@ -552,7 +557,7 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe() {
         });
     }
     let mut wrapper = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
-    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pgid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pgid);
     let fds: Option<Vec<String>> = guardian.map(|g| {
         std::fs::read_dir(format!("/proc/{g}/fd"))
@@ -605,7 +610,7 @@ fn the_guardian_outlives_signals_meant_for_every_wrapper() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pgid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pgid).expect("found the guardian");
     for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
         kill(Pid::from_raw(guardian), sig).unwrap();
@@ -636,7 +641,7 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    let pid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pid).expect("found the guardian");
     kill(Pid::from_raw(guardian), Signal::SIGKILL).unwrap();
     wrapper.kill().unwrap();
