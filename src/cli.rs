@@ -453,12 +453,14 @@ pub struct RedisArgs {
 
     /// Find the master through this Sentinel
     ///
-    /// HOST:PORT, or HOST for port 26379; repeat it, or comma-separate in the environment. The
-    /// URL then only gives the scheme, credentials and database.
+    /// HOST[:PORT] (port 26379 when omitted), or a URL with the Sentinel's own credentials and
+    /// TLS: redis://[USER[:PASSWORD]@]HOST[:PORT], rediss://… Repeat it, or comma-separate in
+    /// the environment. --redis-url then only gives the master's scheme, credentials and
+    /// database.
     #[arg(
         long,
         env = "REDLOCK_SENTINEL",
-        value_name = "HOST[:PORT]",
+        value_name = "HOST[:PORT]|URL",
         value_delimiter = ',',
         requires = "sentinel_master",
         help_heading = "Redis connection"
@@ -474,6 +476,19 @@ pub struct RedisArgs {
         help_heading = "Redis connection"
     )]
     pub sentinel_master: Option<String>,
+
+    /// Read the Sentinels' password from this file
+    ///
+    /// Its first line; for every --sentinel whose address carries no password of its own [the
+    /// password can also come from REDLOCK_SENTINEL_PASSWORD].
+    #[arg(
+        long,
+        env = "REDLOCK_SENTINEL_PASSWORD_FILE",
+        value_name = "PATH",
+        requires = "sentinel",
+        help_heading = "Redis connection"
+    )]
+    pub sentinel_password_file: Option<PathBuf>,
 
     /// Talk to a Redis Cluster
     ///

@@ -82,7 +82,10 @@ pub struct RedisConfig {
     pub topology: Topology,
     /// From --password-file or REDLOCK_PASSWORD; overrides the URL's.
     pub password: Option<String>,
-    /// TLS material and whether to verify (used with rediss:// URLs).
+    /// From --sentinel-password-file or REDLOCK_SENTINEL_PASSWORD: for the Sentinels whose
+    /// address carries no password.
+    pub sentinel_password: Option<String>,
+    /// TLS material and whether to verify (used with rediss:// URLs, the Sentinels' too).
     pub tls: Tls,
     /// Bound on establishing one connection.
     pub connect_timeout: Duration,
@@ -242,7 +245,7 @@ impl Invocation {
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
 /// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
 /// to the CLI's own (start-up does not build the clap command a second time for it).
-pub const WRAPPER_VARIABLES: [&str; 30] = [
+pub const WRAPPER_VARIABLES: [&str; 32] = [
     "REDLOCK_BUSY_EXIT_CODE",
     "REDLOCK_CLUSTER",
     "REDLOCK_COMMAND_TIMEOUT",
@@ -267,6 +270,9 @@ pub const WRAPPER_VARIABLES: [&str; 30] = [
     "REDLOCK_RENEW_EVERY",
     "REDLOCK_SENTINEL",
     "REDLOCK_SENTINEL_MASTER",
+    // Read by hand rather than by clap (see `redis_config`).
+    "REDLOCK_SENTINEL_PASSWORD",
+    "REDLOCK_SENTINEL_PASSWORD_FILE",
     "REDLOCK_SHARED",
     "REDLOCK_TLS_CA_FILE",
     "REDLOCK_TLS_CERT_FILE",
@@ -406,7 +412,7 @@ fn redis_config(
     let topology = if args.cluster {
         Topology::Cluster { seeds: urls.clone() }
     } else if let Some(master) = &args.sentinel_master {
-        let sentinels = args.sentinel.iter().map(|s| with_sentinel_port(s)).collect();
+        let sentinels = args.sentinel.iter().map(|s| sentinel_url(s)).collect::<Result<_, _>>()?;
         Topology::Sentinel { sentinels, master: master.clone() }
     } else if urls.len() > 1 {
         Topology::Quorum { urls: urls.clone() }
@@ -419,8 +425,13 @@ fn redis_config(
         ));
     }
     let password = match (&args.password_file, non_empty_env("REDLOCK_PASSWORD")?) {
-        (Some(path), _) => Some(read_password(path)?),
+        (Some(path), _) => Some(read_password("--password-file", path)?),
         (None, env) => env,
+    };
+    let sentinel_password = match (&args.sentinel_password_file, &topology) {
+        (Some(path), _) => Some(read_password("--sentinel-password-file", path)?),
+        (None, Topology::Sentinel { .. }) => non_empty_env("REDLOCK_SENTINEL_PASSWORD")?,
+        (None, _) => None,
     };
     let read = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, Error> {
         path.as_ref()
@@ -448,6 +459,7 @@ fn redis_config(
         url_source,
         topology,
         password,
+        sentinel_password,
         tls,
         connect_timeout: timeout("--connect-timeout", &args.connect_timeout, connect_default)?,
         command_timeout: timeout("--command-timeout", &args.command_timeout, command_default)?,
@@ -458,18 +470,39 @@ fn redis_config(
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_SOURCE: &str = "the default";
 
-/// A Sentinel address as HOST[:PORT]: Sentinel's own port, 26379, when none is given; the host
-/// in lowercase (see `lock::url::lowercase_host`).
-fn with_sentinel_port(addr: &str) -> String {
-    let (credentials, host) = match addr.rsplit_once('@') {
+/// A Sentinel as given, as a URL: `redis://HOST:PORT` for HOST[:PORT], `redis://…` and
+/// `rediss://…` as they are, with Sentinel's own port, 26379, wherever none is given (where a
+/// Redis URL would mean 6379), and the host in lowercase (see `lock::url::lowercase_host`).
+/// `USER:PASSWORD@HOST[:PORT]` without a scheme is taken as `redis://`.
+fn sentinel_url(addr: &str) -> Result<String, Error> {
+    let (scheme, rest, bare) = match addr.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") => {
+            (scheme.to_ascii_lowercase(), rest, false)
+        }
+        Some(_) => {
+            return Err(Error::Config(format!(
+                "--sentinel {}: give a Sentinel as HOST[:PORT], redis://[USER[:PASSWORD]@]HOST[:PORT] or \
+                 rediss://… for TLS",
+                crate::lock::url::redact_url(addr)
+            )));
+        }
+        None => ("redis".to_owned(), addr, true),
+    };
+    // The authority ends at the first `/`, `?` or `#` after any credentials (a password in a
+    // URL has those percent-encoded; in the bare form it may hold them as they are).
+    let start = if bare { rest.rfind('@').map_or(0, |at| at + 1) } else { 0 };
+    let end = rest[start..].find(['/', '?', '#']).map_or(rest.len(), |i| start + i);
+    let (authority, tail) = rest.split_at(end);
+    let (credentials, host) = match authority.rsplit_once('@') {
         Some((credentials, host)) => (format!("{credentials}@"), host.to_ascii_lowercase()),
-        None => (String::new(), addr.to_ascii_lowercase()),
+        None => (String::new(), authority.to_ascii_lowercase()),
     };
     let has_port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').is_some_and(|(_, rest)| rest.starts_with(':')),
         None => host.contains(':'),
     };
-    if has_port { format!("{credentials}{host}") } else { format!("{credentials}{host}:26379") }
+    let port = if has_port { "" } else { ":26379" };
+    Ok(format!("{scheme}://{credentials}{host}{port}{tail}"))
 }
 
 /// What a TLS file must hold.
@@ -513,12 +546,12 @@ fn pem(
 }
 
 /// The first line of a password file, without its line ending.
-fn read_password(path: &std::path::Path) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Config(format!("--password-file {}: {e}", path.display())))?;
+fn read_password(flag: &str, path: &std::path::Path) -> Result<String, Error> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
     let password = text.lines().next().unwrap_or("").to_owned();
     if password.is_empty() {
-        return Err(Error::Config(format!("--password-file {}: the file is empty", path.display())));
+        return Err(Error::Config(format!("{flag} {}: the file is empty", path.display())));
     }
     Ok(password)
 }
@@ -864,7 +897,7 @@ const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
 #[cfg(test)]
 mod tests {
-    use super::{WRAPPER_VARIABLES, with_sentinel_port};
+    use super::{WRAPPER_VARIABLES, sentinel_url};
 
     #[test]
     fn the_wrapper_variables_are_the_clis_own() {
@@ -875,7 +908,11 @@ mod tests {
                 collect(sub, names);
             }
         }
-        let mut names = vec!["REDLOCK_REDIS_URL".to_owned(), "REDLOCK_PASSWORD".to_owned()];
+        let mut names = vec![
+            "REDLOCK_REDIS_URL".to_owned(),
+            "REDLOCK_PASSWORD".to_owned(),
+            "REDLOCK_SENTINEL_PASSWORD".to_owned(),
+        ];
         collect(&crate::cli::Cli::command(), &mut names);
         names.sort();
         names.dedup();
@@ -884,12 +921,24 @@ mod tests {
 
     #[test]
     fn a_sentinel_without_a_port_is_on_26379() {
-        assert_eq!(with_sentinel_port("localhost"), "localhost:26379");
-        assert_eq!(with_sentinel_port("10.0.0.5:5000"), "10.0.0.5:5000");
-        assert_eq!(with_sentinel_port("[::1]"), "[::1]:26379");
-        assert_eq!(with_sentinel_port("[::1]:5000"), "[::1]:5000");
-        assert_eq!(with_sentinel_port("u:pw@host"), "u:pw@host:26379");
-        assert_eq!(with_sentinel_port("u:pw@host:1"), "u:pw@host:1");
-        assert_eq!(with_sentinel_port("U:Pw@Sentinel-A"), "U:Pw@sentinel-a:26379");
+        for (given, url) in [
+            ("localhost", "redis://localhost:26379"),
+            ("10.0.0.5:5000", "redis://10.0.0.5:5000"),
+            ("[::1]", "redis://[::1]:26379"),
+            ("[::1]:5000", "redis://[::1]:5000"),
+            ("u:pw@host", "redis://u:pw@host:26379"),
+            ("u:pw@host:1", "redis://u:pw@host:1"),
+            ("U:Pw@Sentinel-A", "redis://U:Pw@sentinel-a:26379"),
+            ("u:p/w?x#y@h", "redis://u:p/w?x#y@h:26379"),
+            ("redis://h", "redis://h:26379"),
+            ("REDISS://u:Pw@H:7000", "rediss://u:Pw@h:7000"),
+            ("rediss://:p%40w@h", "rediss://:p%40w@h:26379"),
+            ("rediss://h#insecure", "rediss://h:26379#insecure"),
+            ("redis://[::1]/", "redis://[::1]:26379/"),
+        ] {
+            assert_eq!(sentinel_url(given).unwrap(), url, "{given}");
+        }
+        let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock").unwrap_err().to_string();
+        assert!(e.contains("HOST[:PORT]") && !e.contains("S3cret"), "{e}");
     }
 }

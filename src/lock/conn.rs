@@ -16,7 +16,7 @@ use redis::{
 use super::fault::Fault;
 use super::mistakes;
 use super::replies;
-use super::sentinel::Watcher;
+use super::sentinel::{Node, Watcher};
 use super::url::{self, redact_url};
 use crate::config::{RedisConfig, Topology};
 use crate::exit::Error;
@@ -39,6 +39,8 @@ pub struct Conn {
     client: Option<Client>,
     /// No request has been answered on this connection yet.
     fresh: bool,
+    /// The Sentinels given (none for other topologies).
+    sentinels: Vec<Node>,
     /// Which Sentinel to ask first next time.
     sentinel_turn: usize,
     /// With Sentinel: the switches of the master heard so far (started with the first link).
@@ -83,23 +85,33 @@ impl Conn {
         }
         info = info.set_redis_settings(settings);
         let is_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        if redis.tls.insecure {
-            tracing::warn!("--tls-insecure: the server's certificate and host name are NOT verified");
-            if let ConnectionAddr::TcpTls { host, port, tls_params, .. } = info.addr().clone() {
-                info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure: true, tls_params });
-            }
-        }
-        let tls = if redis.tls.any() {
-            if !is_tls {
-                return Err(Error::Config(format!(
-                    "--tls-* options need a rediss:// URL, not {} ({source})",
-                    redact_url(&redis.url)
-                )));
-            }
-            Some(redis.tls.certificates())
-        } else {
-            None
+        let certs = redis.tls.any().then(|| redis.tls.certificates());
+        let sentinels = match &redis.topology {
+            Topology::Sentinel { sentinels, .. } => sentinels
+                .iter()
+                .map(|s| {
+                    Node::new(s, redis.sentinel_password.as_deref(), certs.as_ref(), redis.tls.insecure)
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => Vec::new(),
         };
+        if redis.tls.insecure && (is_tls || sentinels.iter().any(Node::is_tls)) {
+            tracing::warn!("--tls-insecure: the server's certificate and host name are NOT verified");
+        }
+        if redis.tls.insecure
+            && let ConnectionAddr::TcpTls { host, port, tls_params, .. } = info.addr().clone()
+        {
+            info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure: true, tls_params });
+        }
+        if redis.tls.any() && !is_tls && !sentinels.iter().any(Node::is_tls) {
+            let also = if sentinels.is_empty() { "" } else { " or a rediss:// --sentinel" };
+            return Err(Error::Config(format!(
+                "--tls-* options need a rediss:// URL{also}, not {} ({source})",
+                redact_url(&redis.url)
+            )));
+        }
+        // The master's TLS material, when it speaks TLS (the Sentinels have theirs).
+        let tls = certs.filter(|_| is_tls);
         if let Topology::Single = redis.topology {
             // Fail on a bad URL now rather than at the first connection.
             make_client(info.clone(), tls.as_ref()).map_err(|e| url::invalid(&redis.url, source, e))?;
@@ -115,6 +127,7 @@ impl Conn {
             link: None,
             client: None,
             fresh: true,
+            sentinels,
             sentinel_turn: 0,
             watcher: None,
             link_epoch: 0,
@@ -252,8 +265,9 @@ impl Conn {
                         .map_err(|e| Fault::from_redis(&e))?;
                     self.connect_node(client).await?
                 }
-                Topology::Sentinel { mut sentinels, master } => {
+                Topology::Sentinel { master, .. } => {
                     let limit = self.connect_timeout + self.command_timeout;
+                    let mut sentinels = self.sentinels.clone();
                     let watcher =
                         self.watcher.get_or_insert_with(|| Watcher::start(&sentinels, &master, limit));
                     // Listening before asking: a switch from here on makes this link stale.
@@ -342,7 +356,10 @@ impl Conn {
             }
             Err(e) => {
                 let fault = self.failed(&e);
-                let (own, limit) = (self.own_node(), self.connect_timeout);
+                let limit = self.connect_timeout;
+                let addr = client.get_connection_info().addr();
+                // The node itself may be probed: a single node, a quorum's, the Sentinels' master.
+                let own = (!self.is_cluster()).then_some(addr);
                 // With a password, the connection already fails at AUTH: probe for TLS here too.
                 if let Some(mistake) = mistakes::plaintext_to_tls_port(&e, &fault, own, limit).await {
                     return Err(mistake);
@@ -350,7 +367,6 @@ impl Conn {
                 if let Some(mistake) = mistakes::not_redis(&e, own, limit + self.command_timeout).await {
                     return Err(mistake);
                 }
-                let addr = client.get_connection_info().addr();
                 if let Some(mistake) = mistakes::tls_to_plaintext_port(&fault, addr, limit).await {
                     return Err(mistake);
                 }
@@ -360,54 +376,61 @@ impl Conn {
     }
 
     /// Asks the Sentinels, in order, where the master is. A Sentinel that still names the
-    /// master the latest switch replaced has not caught up: the next one is asked.
+    /// master the latest switch replaced has not caught up: the next one is asked. A Sentinel
+    /// that answers in a way no retry changes (it is no Sentinel, does not know the master,
+    /// refuses the credentials, TLS cannot work) is a mistake, reported when no other Sentinel
+    /// names the master, and warned about when one does.
     async fn discover(
         &self,
-        sentinels: &[String],
+        sentinels: &[Node],
         master: &str,
         demoted: Option<&(String, u16)>,
     ) -> Result<(String, u16), Fault> {
+        let limit = self.connect_timeout + self.command_timeout;
         let mut last = String::from("no Sentinel answered");
-        let mut unknown = None;
+        let mut mistake: Option<Fault> = None;
+        let mut note = |fault: Fault| {
+            // A configuration mistake (78) explains more than a refusal (77).
+            if !matches!(mistake, Some(Fault::Config(_))) {
+                mistake = Some(fault);
+            }
+        };
         for sentinel in sentinels {
+            let shown = &sentinel.shown;
             let asked = async {
-                let client = Client::open(format!("redis://{sentinel}"))?;
-                let mut conn = client.get_multiplexed_async_connection_with_config(&self.config).await?;
+                let mut conn = sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
                 redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
                     .arg(master)
                     .query_async::<Option<(String, u16)>>(&mut conn)
                     .await
             };
-            match tokio::time::timeout(self.connect_timeout + self.command_timeout, asked).await {
+            match tokio::time::timeout(limit, asked).await {
                 Ok(Ok(Some(addr))) if demoted == Some(&addr) => {
                     last = format!(
-                        "Sentinel {} still names {}:{}, the master a failover replaced",
-                        redact_url(sentinel),
-                        addr.0,
-                        addr.1
+                        "Sentinel {shown} still names {}:{}, the master a failover replaced",
+                        addr.0, addr.1
                     );
                 }
-                Ok(Ok(Some(addr))) => return Ok(addr),
-                Ok(Ok(None)) => {
-                    unknown = Some(format!(
-                        "Sentinel {} does not know a master named {master:?}: check --sentinel-master",
-                        redact_url(sentinel)
-                    ));
+                Ok(Ok(Some(addr))) => {
+                    if let Some(fault) = &mistake {
+                        tracing::warn!("{fault}");
+                    }
+                    return Ok(addr);
                 }
-                Ok(Err(e)) => match mistakes::not_a_sentinel(sentinel, &e) {
-                    Some(mistake) => return Err(mistake),
-                    None => last = format!("Sentinel {}: {e}", redact_url(sentinel)),
+                Ok(Ok(None)) => note(Fault::Config(format!(
+                    "Sentinel {shown} does not know a master named {master:?}: check --sentinel-master"
+                ))),
+                Ok(Err(e)) => match mistakes::sentinel_mistake(sentinel, &e, self.connect_timeout).await {
+                    Some(fault) => note(fault),
+                    None => last = format!("Sentinel {shown}: {e}"),
                 },
-                Err(_) => last = format!("Sentinel {} did not answer", redact_url(sentinel)),
+                Err(_) => last = format!("Sentinel {shown} did not answer"),
             }
         }
-        if let Some(unknown) = unknown {
-            // A Sentinel answered, and none named the master: a configuration mistake, whatever
-            // the others did (an unreachable one would not know the name either).
-            return Err(Fault::Config(unknown));
-        }
-        Err(Fault::Unavailable(last))
+        // A Sentinel answered, and none named the master: a mistake, whatever the others did
+        // (an unreachable one would not have named it either).
+        Err(mistake.unwrap_or(Fault::Unavailable(last)))
     }
 
     /// Classifies a reply. A plaintext connection reset at its first request is checked for a
@@ -436,10 +459,14 @@ impl Conn {
     }
 
     /// The one node behind this connection when the mistake probes may knock on it directly:
-    /// a single node or a quorum's node (a Sentinel's master and a Cluster's nodes are found by
-    /// asking others).
+    /// a single node, a quorum's node, or the master the Sentinels named (a Cluster's nodes are
+    /// the client's business).
     fn own_node(&self) -> Option<&ConnectionAddr> {
-        matches!(self.topology, Topology::Single | Topology::Quorum { .. }).then(|| self.info.addr())
+        match self.topology {
+            Topology::Single | Topology::Quorum { .. } => Some(self.info.addr()),
+            Topology::Sentinel { .. } => self.client.as_ref().map(|c| c.get_connection_info().addr()),
+            Topology::Cluster { .. } => None,
+        }
     }
 
     /// The bound on one request.

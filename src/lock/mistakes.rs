@@ -11,7 +11,7 @@ use redis::{ConnectionAddr, RedisError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::fault::Fault;
-use super::url::redact_url;
+use super::sentinel::Node;
 
 /// A plaintext connection that the server reset at once (not a timeout: a frozen node must
 /// cost no more than its timeout) may have reached a TLS port: probe it. `own` is the node's
@@ -115,24 +115,46 @@ pub fn misconfigured(target: &str, db: i64, text: &str) -> Option<Fault> {
     None
 }
 
-/// What asking `sentinel` for the master failed with, when it says the address is no Sentinel.
-pub fn not_a_sentinel(sentinel: &str, err: &RedisError) -> Option<Fault> {
+/// What asking `sentinel` for the master failed with, when no retry changes it: the address
+/// is no Sentinel (a plain Redis, or no Redis at all), the Sentinel refuses the credentials or
+/// the command, or TLS cannot work (refused, or spoken to a plaintext port or the reverse).
+pub async fn sentinel_mistake(sentinel: &Node, err: &RedisError, limit: Duration) -> Option<Fault> {
+    let shown = &sentinel.shown;
+    let fault = Fault::from_redis(err);
+    match &fault {
+        Fault::Denied(text) => {
+            let fix = "fix the user or password in --sentinel, --sentinel-password-file or \
+                       REDLOCK_SENTINEL_PASSWORD";
+            return Some(Fault::Denied(match err.code() {
+                Some("NOAUTH") => format!("Sentinel {shown} requires a password ({text}): {fix}"),
+                Some("NOPERM") => format!(
+                    "Sentinel {shown}: its ACL does not let this user ask for the master ({text}): allow \
+                     SENTINEL GET-MASTER-ADDR-BY-NAME, and SUBSCRIBE to +switch-master"
+                ),
+                _ => format!("Sentinel {shown} refused the credentials ({text}): {fix}"),
+            }));
+        }
+        Fault::Config(text) => return Some(Fault::Config(format!("Sentinel {shown}: {text}"))),
+        _ => {}
+    }
     if err.detail().is_some_and(|d| d.contains("unknown command")) {
         return Some(Fault::Config(format!(
-            "--sentinel {} is not a Sentinel (it answered like a plain Redis: {err}): \
-             give the Sentinels' addresses (port 26379 by default), or --redis-url alone \
-             for a plain Redis",
-            redact_url(sentinel)
+            "--sentinel {shown} is not a Sentinel (it answered like a plain Redis: {err}): give the \
+             Sentinels' addresses (port 26379 by default), or --redis-url alone for a plain Redis"
         )));
     }
     if err.kind() == redis::ErrorKind::Parse {
         return Some(Fault::Config(format!(
-            "--sentinel {} does not speak the Redis protocol: give the Sentinels' addresses \
-             (port 26379 by default)",
-            redact_url(sentinel)
+            "--sentinel {shown} does not speak the Redis protocol: give the Sentinels' addresses \
+             (port 26379 by default)"
         )));
     }
-    None
+    let addr = sentinel.client.get_connection_info().addr();
+    let mistaken = match plaintext_to_tls_port(err, &fault, Some(addr), limit).await {
+        Some(mistake) => Some(mistake),
+        None => tls_to_plaintext_port(&fault, addr, limit).await,
+    };
+    mistaken.map(|m| Fault::Config(format!("--sentinel {shown}: {m}")))
 }
 
 /// The first line of a message (redis-rs's parse errors run over several).

@@ -6,13 +6,74 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::Client;
+use redis::{Client, ConnectionAddr, TlsCertificates};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::fault::Fault;
+use super::url;
 use crate::backoff::full_jitter;
+use crate::exit::Error;
 
 type Addr = (String, u16);
+
+/// One Sentinel as given: a client with its own credentials and TLS, and how messages name it.
+#[derive(Clone)]
+pub struct Node {
+    pub client: Client,
+    /// `--sentinel`'s URL without its password.
+    pub shown: String,
+}
+
+impl Node {
+    /// From a URL as `config::sentinel_url` writes it. The password comes from the URL, or else
+    /// `password` (--sentinel-password-file, REDLOCK_SENTINEL_PASSWORD); a `rediss://` Sentinel
+    /// is verified with the same TLS material as the master (`tls`, `insecure`).
+    pub fn new(
+        given: &str,
+        password: Option<&str>,
+        tls: Option<&TlsCertificates>,
+        insecure: bool,
+    ) -> Result<Self, Error> {
+        let shown = url::redact_url(given);
+        let info = url::parse(given, "--sentinel")?;
+        // CLIENT SETINFO is not a Sentinel command either.
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if settings.db() != 0 {
+            return Err(Error::Config(format!(
+                "--sentinel {shown}: a Sentinel has no databases; give the master's database in \
+                 --redis-url"
+            )));
+        }
+        if settings.password().is_none()
+            && let Some(password) = password
+        {
+            settings = settings.set_password(password);
+        }
+        let info = info.set_redis_settings(settings);
+        let client = match info.addr().clone() {
+            ConnectionAddr::Tcp(..) => Client::open(info),
+            ConnectionAddr::TcpTls { host, port, tls_params, .. } => {
+                let info = info.set_addr(ConnectionAddr::TcpTls { host, port, insecure, tls_params });
+                match tls {
+                    Some(certs) => Client::build_with_tls(info, certs.clone()),
+                    None => Client::open(info),
+                }
+            }
+            _ => {
+                return Err(Error::Config(format!(
+                    "--sentinel {shown}: give a Sentinel as HOST[:PORT], redis://… or rediss://…"
+                )));
+            }
+        };
+        let client = client.map_err(|e| url::invalid(given, "--sentinel", e))?;
+        Ok(Node { client, shown })
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self.client.get_connection_info().addr(), ConnectionAddr::TcpTls { .. })
+    }
+}
 
 /// What the watcher has heard.
 #[derive(Debug, Clone, Default)]
@@ -43,7 +104,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Subscribes to every Sentinel in the background; `limit` bounds each attempt.
-    pub fn start(sentinels: &[String], master: &str, limit: Duration) -> Self {
+    pub fn start(sentinels: &[Node], master: &str, limit: Duration) -> Self {
         let (state, _) = watch::channel(State::default());
         let tasks = sentinels
             .iter()
@@ -96,13 +157,13 @@ impl Drop for Watcher {
 }
 
 /// Keeps one subscription to `sentinel` in place and reports what it hears.
-async fn follow(sentinel: String, master: String, state: watch::Sender<State>, limit: Duration) {
-    // For logs: an address given as user:password@host:port keeps its password to itself.
-    let shown = super::url::redact_url(&sentinel);
+async fn follow(sentinel: Node, master: String, state: watch::Sender<State>, limit: Duration) {
+    let shown = &sentinel.shown;
     let mut subscribed_before = false;
     let mut failures = 0u32;
+    let mut warned = false;
     loop {
-        let subscribed = tokio::time::timeout(limit, subscribe(&sentinel)).await;
+        let subscribed = tokio::time::timeout(limit, subscribe(&sentinel.client)).await;
         let first = failures == 0 && !subscribed_before;
         if first && !matches!(subscribed, Ok(Ok(_))) {
             state.send_modify(|s| s.tried += 1);
@@ -147,7 +208,19 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
                 let why = "the subscription to the Sentinel broke; subscribing again";
                 tracing::debug!(sentinel = %shown, "{why}");
             }
-            Ok(Err(e)) => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
+            Ok(Err(e)) => match Fault::from_redis(&e) {
+                // Not an outage that passes: refused credentials, an ACL without the channel,
+                // TLS that cannot work. Said once; the master is still found through this
+                // Sentinel when it answers, but its news of a failover is not heard.
+                Fault::Denied(_) | Fault::Config(_) if !std::mem::replace(&mut warned, true) => {
+                    tracing::warn!(
+                        sentinel = %shown,
+                        "cannot subscribe to +switch-master at this Sentinel ({e}): a failover it \
+                         announces is noticed only when a request fails"
+                    );
+                }
+                _ => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
+            },
             Err(_) => tracing::debug!(sentinel = %shown, "subscribing to the Sentinel timed out"),
         }
         failures += 1;
@@ -155,8 +228,8 @@ async fn follow(sentinel: String, master: String, state: watch::Sender<State>, l
     }
 }
 
-async fn subscribe(sentinel: &str) -> redis::RedisResult<redis::aio::PubSubStream> {
-    let mut pubsub = Client::open(format!("redis://{sentinel}"))?.get_async_pubsub().await?;
+async fn subscribe(sentinel: &Client) -> redis::RedisResult<redis::aio::PubSubStream> {
+    let mut pubsub = sentinel.get_async_pubsub().await?;
     pubsub.subscribe("+switch-master").await?;
     Ok(pubsub.into_on_message())
 }

@@ -20,12 +20,22 @@ pub struct Watch {
     pub failover_timeout: Duration,
 }
 
+/// How a fixture Sentinel is set up beyond watching its master.
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// `requirepass` on the Sentinel; the Sentinels of a set authenticate to each other with it.
+    pub password: Option<String>,
+    /// More lines for sentinel.conf (TLS, ACL users); `{dir}` stands for the Sentinel's dir.
+    pub extra: String,
+}
+
 /// A Sentinel process watching one master on loopback. Killed on drop; if the test is
 /// failing, its log is printed.
 pub struct Sentinel {
     pub port: u16,
     process: Child,
     dir: TempDir,
+    password: Option<String>,
 }
 
 impl Sentinel {
@@ -42,8 +52,12 @@ impl Sentinel {
     }
 
     pub fn start_with(master_port: u16, watch: Watch) -> Self {
+        Self::start_setup(master_port, watch, &Setup::default())
+    }
+
+    pub fn start_setup(master_port: u16, watch: Watch, setup: &Setup) -> Self {
         for _ in 0..10 {
-            if let Some(sentinel) = Self::launch(free_port(), master_port, watch) {
+            if let Some(sentinel) = Self::launch(free_port(), master_port, watch, setup) {
                 return sentinel;
             }
         }
@@ -52,18 +66,21 @@ impl Sentinel {
 
     /// Starts one on `port` and waits (bounded) until it answers as itself — not as another
     /// test's process that took the port first.
-    fn launch(port: u16, master_port: u16, watch: Watch) -> Option<Self> {
+    fn launch(port: u16, master_port: u16, watch: Watch, setup: &Setup) -> Option<Self> {
         let dir = tmp();
         let conf = dir.path().join("sentinel.conf");
+        let password = setup.password.as_ref().map(|p| format!("requirepass {p}\n")).unwrap_or_default();
         std::fs::write(
             &conf,
             format!(
                 "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} {}\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} {}\nsentinel failover-timeout {MASTER_NAME} {}\n",
+                 sentinel down-after-milliseconds {MASTER_NAME} {}\nsentinel failover-timeout {MASTER_NAME} {}\n\
+                 {password}{}\n",
                 dir.path().display(),
                 watch.quorum,
                 watch.down_after.as_millis(),
                 watch.failover_timeout.as_millis(),
+                setup.extra.replace("{dir}", &dir.path().display().to_string()),
             ),
         )
         .unwrap();
@@ -76,7 +93,7 @@ impl Sentinel {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server --sentinel (apt install redis-sentinel or redis-server)");
-        let mut sentinel = Sentinel { port, process, dir };
+        let mut sentinel = Sentinel { port, process, dir, password: setup.password.clone() };
         let pid = sentinel.process.id();
         let ready = wait_until(Duration::from_secs(10), || {
             sentinel.process.try_wait().ok().flatten().is_none() && sentinel.server_pid() == Some(pid)
@@ -89,8 +106,9 @@ impl Sentinel {
         info.lines().find_map(|l| l.strip_prefix("process_id:")?.trim().parse().ok())
     }
 
-    fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).ok()?;
+    pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
+        let auth = self.password.as_ref().map(|p| format!(":{p}@")).unwrap_or_default();
+        let client = redis::Client::open(format!("redis://{auth}127.0.0.1:{}", self.port)).ok()?;
         let mut c = client.get_connection_with_timeout(Duration::from_millis(500)).ok()?;
         c.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         cmd.query(&mut c).ok()
@@ -129,37 +147,61 @@ impl Drop for Sentinel {
     }
 }
 
-/// A master, one replica in sync with it, and Sentinels that all know the replica and each
+/// A master, replicas in sync with it, and Sentinels that all know the replicas and each
 /// other — ready to fail over.
 pub struct SentinelSet {
     pub master: RedisServer,
     pub replica: RedisServer,
+    /// Replicas beyond the first.
+    pub more_replicas: Vec<RedisServer>,
     pub sentinels: Vec<Sentinel>,
 }
 
 impl SentinelSet {
     pub fn start(sentinels: usize, watch: Watch) -> Self {
-        // Only the master's first sync is sooner: after a failover the promoted replica, which
+        Self::start_setup(sentinels, 1, watch, &Setup::default())
+    }
+
+    pub fn start_setup(sentinels: usize, replicas: usize, watch: Watch, setup: &Setup) -> Self {
+        assert!(replicas >= 1, "a set fails over to a replica");
+        // Only the master's first syncs are sooner: after a failover the promoted replica, which
         // keeps the default, syncs the demoted master as it would.
         let master = RedisServer::start_with(SYNC_AT_ONCE);
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let of = master.port.to_string();
+        let mut replicas: Vec<RedisServer> =
+            (0..replicas).map(|_| RedisServer::start_with(&["--replicaof", "127.0.0.1", &of])).collect();
+        let replica = replicas.remove(0);
         let sentinels: Vec<Sentinel> =
-            (0..sentinels).map(|_| Sentinel::start_with(master.port, watch)).collect();
-        let set = SentinelSet { master, replica, sentinels };
+            (0..sentinels).map(|_| Sentinel::start_setup(master.port, watch, setup)).collect();
+        let set = SentinelSet { master, replica, more_replicas: replicas, sentinels };
         let in_sync = wait_until(Duration::from_secs(10), || {
-            set.replica.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up")
+            set.replicas().all(|r| r.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up"))
         });
-        assert!(in_sync, "the replica did not sync with the master");
-        let others = (set.sentinels.len() - 1).to_string();
+        assert!(in_sync, "the replicas did not sync with the master");
+        let (others, slaves) = ((set.sentinels.len() - 1).to_string(), (1 + set.more_replicas.len()).to_string());
         let acquainted = wait_until(Duration::from_secs(20), || {
             set.sentinels.iter().all(|s| {
                 let state = s.master_state();
-                state.get("num-slaves").map(String::as_str) == Some("1")
-                    && state.get("num-other-sentinels") == Some(&others)
+                state.get("num-slaves") == Some(&slaves) && state.get("num-other-sentinels") == Some(&others)
             })
         });
         assert!(acquainted, "the Sentinels did not find the replica and each other");
         set
+    }
+
+    fn replicas(&self) -> impl Iterator<Item = &RedisServer> {
+        std::iter::once(&self.replica).chain(&self.more_replicas)
+    }
+
+    /// Every data node: the master as started, then the replicas.
+    pub fn nodes(&self) -> impl Iterator<Item = &RedisServer> {
+        std::iter::once(&self.master).chain(self.replicas())
+    }
+
+    /// The data node the first Sentinel that answers names as the master now.
+    pub fn current_master(&self) -> Option<&RedisServer> {
+        let port = self.sentinels.iter().find_map(Sentinel::master_port)?;
+        self.nodes().find(|n| n.port == port)
     }
 
     /// The wrapper's options to find the master through every Sentinel of the set.
