@@ -7,13 +7,13 @@
 _redlock_run_takes_value() {
     case $1 in
         '')
-            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqhV]*[ktw]$ ]] ;;
         'status')
-            case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
+            case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
         'release')
-            case $2 in -k|--key|--holder|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
+            case $2 in -k|--key|--holder|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
         *) return 1 ;;
     esac
@@ -22,9 +22,9 @@ _redlock_run_takes_value() {
 # The options of ${1:-the wrapper}.
 _redlock_run_options() {
     case $1 in
-        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format -h --help -V --version' ;;
-        'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
-        'release') REPLY='-k --key --force --holder --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
+        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format -h --help -V --version' ;;
+        'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
+        'release') REPLY='-k --key --force --holder --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
     esac
 }
 
@@ -39,17 +39,20 @@ _redlock_run_value() {
         '',--tls-ca-file) _redlock_run_files ;;
         '',--tls-cert-file) _redlock_run_files ;;
         '',--tls-key-file) _redlock_run_files ;;
+        '',--sentinel-password-file) _redlock_run_files ;;
         '',--metrics-file) _redlock_run_files ;;
         '',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
         'status',--password-file) _redlock_run_files ;;
         'status',--tls-ca-file) _redlock_run_files ;;
         'status',--tls-cert-file) _redlock_run_files ;;
         'status',--tls-key-file) _redlock_run_files ;;
+        'status',--sentinel-password-file) _redlock_run_files ;;
         'status',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
         'release',--password-file) _redlock_run_files ;;
         'release',--tls-ca-file) _redlock_run_files ;;
         'release',--tls-cert-file) _redlock_run_files ;;
         'release',--tls-key-file) _redlock_run_files ;;
+        'release',--sentinel-password-file) _redlock_run_files ;;
         'release',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
         *) COMPREPLY=() ;;
     esac

@@ -6,17 +6,17 @@
 function __redlock_run_takes_value
     switch "$argv[1]"
         case ''
-            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --metrics-file --log-format
+            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format
             and return 0
             string match -rq -- '^-[vqhV]*[ktw]$' $argv[2]
             return
         case 'status'
-            contains -- $argv[2] -k --key --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --log-format
+            contains -- $argv[2] -k --key --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --log-format
             and return 0
             string match -rq -- '^-[vqh]*[k]$' $argv[2]
             return
         case 'release'
-            contains -- $argv[2] -k --key --holder --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --connect-timeout --command-timeout --log-format
+            contains -- $argv[2] -k --key --holder --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --log-format
             and return 0
             string match -rq -- '^-[vqh]*[k]$' $argv[2]
             return
@@ -128,6 +128,7 @@ complete -c redlock-run -n '__redlock_run_at top' -l tls-key-file -d 'Client pri
 complete -c redlock-run -n '__redlock_run_at top' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at top' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at top' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
+complete -c redlock-run -n '__redlock_run_at top' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
 complete -c redlock-run -n '__redlock_run_at top' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at top' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at top' -l command-timeout -d 'Bound on each Redis request' -x
@@ -148,6 +149,7 @@ complete -c redlock-run -n '__redlock_run_at status' -l tls-key-file -d 'Client 
 complete -c redlock-run -n '__redlock_run_at status' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at status' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at status' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
+complete -c redlock-run -n '__redlock_run_at status' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
 complete -c redlock-run -n '__redlock_run_at status' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at status' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at status' -l command-timeout -d 'Bound on each Redis request' -x
@@ -168,6 +170,7 @@ complete -c redlock-run -n '__redlock_run_at release' -l tls-key-file -d 'Client
 complete -c redlock-run -n '__redlock_run_at release' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at release' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at release' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
+complete -c redlock-run -n '__redlock_run_at release' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
 complete -c redlock-run -n '__redlock_run_at release' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at release' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at release' -l command-timeout -d 'Bound on each Redis request' -x

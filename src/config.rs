@@ -476,7 +476,9 @@ pub const DEFAULT_SOURCE: &str = "the default";
 /// `USER:PASSWORD@HOST[:PORT]` without a scheme is taken as `redis://`.
 fn sentinel_url(addr: &str) -> Result<String, Error> {
     let (scheme, rest, bare) = match addr.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") => {
+        Some((scheme, rest))
+            if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") =>
+        {
             (scheme.to_ascii_lowercase(), rest, false)
         }
         Some(_) => {
@@ -547,8 +549,8 @@ fn pem(
 
 /// The first line of a password file, without its line ending.
 fn read_password(flag: &str, path: &std::path::Path) -> Result<String, Error> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
     let password = text.lines().next().unwrap_or("").to_owned();
     if password.is_empty() {
         return Err(Error::Config(format!("{flag} {}: the file is empty", path.display())));

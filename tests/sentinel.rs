@@ -8,8 +8,56 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use support::sentinel::{Sentinel, SentinelSet, Watch};
+use support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
 use support::*;
+
+const SENTINEL_PASSWORD: &str = "sentinel-S3cret";
+const MASTER_PASSWORD: &str = "master-S3cret";
+const LIMIT_SHORT: Duration = Duration::from_secs(30);
+
+/// Gives every data node of `set` the user `locker` with [`MASTER_PASSWORD`] (ACLs are not
+/// replicated), for the wrapper; the Sentinels and the fixtures keep the default user.
+fn add_locker(set: &SentinelSet) {
+    for node in set.nodes() {
+        let ok: String = node.cmd(&[
+            b"ACL",
+            b"SETUSER",
+            b"locker",
+            b"on",
+            format!(">{MASTER_PASSWORD}").as_bytes(),
+            b"~*",
+            b"&*",
+            b"+@all",
+        ]);
+        assert_eq!(ok, "OK");
+    }
+}
+
+/// The wrapper's options to reach the master of a set whose Sentinels want
+/// [`SENTINEL_PASSWORD`] and whose nodes have `locker`: the Sentinels' password in their URLs
+/// (`in_urls`) or in a file, the master's in a file; never the one for the other.
+fn secured_args(set: &SentinelSet, dir: &Path, in_urls: bool) -> Vec<String> {
+    let (sentinel_file, master_file) = (dir.join("sentinel-password"), dir.join("master-password"));
+    std::fs::write(&sentinel_file, format!("{SENTINEL_PASSWORD}\n")).unwrap();
+    std::fs::write(&master_file, format!("{MASTER_PASSWORD}\n")).unwrap();
+    let mut args = Vec::new();
+    for s in &set.sentinels {
+        let at = if in_urls { format!("redis://:{SENTINEL_PASSWORD}@{}", s.addr()) } else { s.addr() };
+        args.extend(["--sentinel".to_owned(), at]);
+    }
+    if !in_urls {
+        args.extend(["--sentinel-password-file".to_owned(), sentinel_file.display().to_string()]);
+    }
+    args.extend([
+        "--sentinel-master".to_owned(),
+        support::sentinel::MASTER_NAME.to_owned(),
+        "--redis-url".to_owned(),
+        "redis://locker@ignored.invalid:1".to_owned(),
+        "--password-file".to_owned(),
+        master_file.display().to_string(),
+    ]);
+    args
+}
 
 /// Writes a wall-clock timestamp (ns) to $1 every 50 ms, $2 times.
 const HEARTBEAT: &str =
@@ -43,21 +91,29 @@ struct Failover {
 /// Issue 14 item 6, as reported: a holder W1 (`--ttl 6s`); its master is frozen for 2.2 s,
 /// just as a renewal is due, and the replica is promoted meanwhile; a waiter W2 starts 2.3 s
 /// after the old master resumed (by then the key has expired on the replica unless renewed
-/// there).
-fn freeze_the_master_under_a_holder() -> Failover {
-    let set = SentinelSet::start(
-        3,
-        Watch {
-            quorum: 2,
-            down_after: Duration::from_millis(1000),
-            failover_timeout: Duration::from_secs(3),
-        },
-    );
+/// there). `secured`: the Sentinels want a password and the wrappers reach the master as an
+/// ACL user with another (W1 with the Sentinels' password in their URLs, W2 from a file).
+fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
+    let watch = Watch {
+        quorum: 2,
+        down_after: Duration::from_millis(1000),
+        failover_timeout: Duration::from_secs(3),
+    };
+    let set = if secured {
+        let setup = Setup { password: Some(SENTINEL_PASSWORD.to_owned()), ..Setup::default() };
+        let set = SentinelSet::start_setup(3, 1, watch, &setup);
+        add_locker(&set);
+        set
+    } else {
+        SentinelSet::start(3, watch)
+    };
     let dir = tmp();
     let (beats1, beats2) = (file(&dir, "w1"), file(&dir, "w2"));
     let holder = |beats: &Path, count: &str, wait: &str| -> Child {
+        let first = beats == beats1.as_path();
+        let how = if secured { secured_args(&set, dir.path(), first) } else { set.args() };
         wrapper()
-            .args(set.args())
+            .args(how)
             .args([
                 "-v",
                 "-k",
@@ -122,9 +178,11 @@ fn freeze_the_master_under_a_holder() -> Failover {
 #[test]
 fn a_demoted_master_never_confirms_ownership() {
     const RUNS: usize = 5;
-    // Each run has its own Sentinel set on its own ports; they run side by side.
+    // Each run has its own Sentinel set on its own ports; they run side by side. Two of them
+    // with passwords on the Sentinels and an ACL user on the master (issue 21).
     let runs: Vec<Failover> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..RUNS).map(|_| s.spawn(freeze_the_master_under_a_holder)).collect();
+        let handles: Vec<_> =
+            (0..RUNS).map(|i| s.spawn(move || freeze_the_master_under_a_holder(i >= 3))).collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     });
     let overlapped = runs.iter().filter(|r| r.overlap.is_some()).count();
@@ -140,6 +198,7 @@ fn a_demoted_master_never_confirms_ownership() {
         );
         assert!(matches!(r.w1, Some(0 | 125)), "run {i}: W1 exited {:?}\n{}", r.w1, r.log);
         assert!(r.w2 == Some(0) && r.w2_ran, "run {i}: W2 exited {:?} without running\n{}", r.w2, r.log);
+        assert!(!r.log.contains("S3cret"), "run {i}: a password was shown\n{}", r.log);
     }
 }
 
@@ -189,5 +248,225 @@ fn a_non_redis_sentinel_or_an_unknown_master_never_fails_open() {
         assert!(r.stderr.contains(says), "{sentinels:?}: {}", r.stderr);
         assert_eq!(r.stderr.trim().lines().count(), 1, "one line: {}", r.stderr);
         assert!(!marker.exists(), "the command never runs");
+    }
+}
+
+/// A lone Sentinel with `requirepass` watching a master that has the user `locker`.
+fn secured_sentinel() -> (RedisServer, Sentinel) {
+    let redis = RedisServer::start();
+    let ok: String = redis.cmd(&[
+        b"ACL",
+        b"SETUSER",
+        b"locker",
+        b"on",
+        format!(">{MASTER_PASSWORD}").as_bytes(),
+        b"~*",
+        b"&*",
+        b"+@all",
+    ]);
+    assert_eq!(ok, "OK");
+    let setup = Setup { password: Some(SENTINEL_PASSWORD.to_owned()), ..Setup::default() };
+    let watch =
+        Watch { quorum: 1, down_after: Duration::from_secs(5), failover_timeout: Duration::from_secs(10) };
+    let sentinel = Sentinel::start_setup(redis.port, watch, &setup);
+    (redis, sentinel)
+}
+
+/// Each Sentinel's credentials come from its URL, else from --sentinel-password-file or
+/// REDLOCK_SENTINEL_PASSWORD; the master's from --redis-url, --password-file or
+/// REDLOCK_PASSWORD — never one for the other. Refused credentials exit 77 with a line saying
+/// whose, even with --fail-open; no password is ever shown, nor passed to the command.
+#[test]
+fn sentinel_credentials_are_their_own_and_refusals_exit_77() {
+    let (_redis, sentinel) = secured_sentinel();
+    let dir = tmp();
+    let write = |name: &str, text: &str| {
+        let path = file(&dir, name);
+        std::fs::write(&path, format!("{text}\n")).unwrap();
+        path.display().to_string()
+    };
+    let (right, wrong, master) = (
+        write("right", SENTINEL_PASSWORD),
+        write("wrong", "not-the-S3cret"),
+        write("master", MASTER_PASSWORD),
+    );
+    let addr = sentinel.addr();
+    let in_url = |password: &str| format!("redis://:{password}@{addr}");
+    let marker = file(&dir, "ran");
+    // The command reports what it inherited of the passwords.
+    let report =
+        "printf '%s|%s' \"${REDLOCK_SENTINEL_PASSWORD-unset}\" \"${REDLOCK_PASSWORD-unset}\" > \"$0\"";
+    struct Case {
+        sentinel: String,
+        flags: Vec<String>,
+        env: Vec<(&'static str, &'static str)>,
+        code: i32,
+        says: &'static str,
+    }
+    let case = |sentinel: String, flags: &[&str], env: &[(&'static str, &'static str)], code, says| Case {
+        sentinel,
+        flags: flags.iter().map(|f| f.to_string()).collect(),
+        env: env.to_vec(),
+        code,
+        says,
+    };
+    let master_flags = ["--redis-url", "redis://locker@placeholder.invalid", "--password-file", &master];
+    let cases = [
+        // The Sentinel's password: in its URL, from the file, from the variable.
+        case(in_url(SENTINEL_PASSWORD), &master_flags, &[], 0, ""),
+        case(addr.clone(), &[&master_flags[..], &["--sentinel-password-file", &right]].concat(), &[], 0, ""),
+        case(addr.clone(), &master_flags, &[("REDLOCK_SENTINEL_PASSWORD", SENTINEL_PASSWORD)], 0, ""),
+        // A URL's own password wins over the file's.
+        case(
+            in_url(SENTINEL_PASSWORD),
+            &[&master_flags[..], &["--sentinel-password-file", &wrong]].concat(),
+            &[],
+            0,
+            "",
+        ),
+        // None: the Sentinel wants one. The master's password is not the Sentinel's.
+        case(addr.clone(), &master_flags, &[], 77, "requires a password"),
+        case(
+            addr.clone(),
+            &master_flags,
+            &[("REDLOCK_PASSWORD", MASTER_PASSWORD)],
+            77,
+            "requires a password",
+        ),
+        // A wrong one, in the URL or in the file.
+        case(in_url("not-the-S3cret"), &master_flags, &[], 77, "refused the credentials"),
+        case(
+            addr.clone(),
+            &[&master_flags[..], &["--sentinel-password-file", &wrong]].concat(),
+            &[],
+            77,
+            "refused",
+        ),
+        // The Sentinels' password is not the master's either: sent as `locker`'s, it would be
+        // refused; without one, the master takes the connection as its (open) default user.
+        case(
+            in_url(SENTINEL_PASSWORD),
+            &["--redis-url", "redis://locker@placeholder.invalid"],
+            &[("REDLOCK_SENTINEL_PASSWORD", SENTINEL_PASSWORD)],
+            0,
+            "",
+        ),
+    ];
+    for c in cases {
+        let _ = std::fs::remove_file(&marker);
+        let mut cmd = wrapper();
+        cmd.args(["-vv", "--fail-open", "--sentinel", &c.sentinel, "--sentinel-master", "main"])
+            .args(&c.flags)
+            .args(["-k", "lock:credentials", "--", "sh", "-c", report])
+            .arg(&marker);
+        for (k, v) in &c.env {
+            cmd.env(k, v);
+        }
+        let r = run(&mut cmd, Duration::from_secs(30));
+        let what = format!("--sentinel {} {:?} {:?}", c.sentinel, c.flags, c.env);
+        assert_eq!(r.code, c.code, "{what}: {}", r.stderr);
+        assert!(!r.stderr.contains("S3cret"), "{what}: a password was shown: {}", r.stderr);
+        if c.code == 0 {
+            assert_eq!(std::fs::read_to_string(&marker).unwrap(), "unset|unset", "{what}: inherited");
+        } else {
+            assert!(r.stderr.contains(c.says), "{what}: says why: {}", r.stderr);
+            assert!(!marker.exists(), "{what}: the command ran");
+        }
+    }
+    // Without a Sentinel, the Sentinels' password file is a usage mistake.
+    let r = run(wrapper().args(["--sentinel-password-file", &right, "-k", "k", "--", "true"]), LIMIT_SHORT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+}
+
+/// A Sentinel reached over TLS with the test CA (`rediss://`), the master over TLS too; TLS
+/// that cannot work is a configuration mistake (78), never an outage, even with --fail-open:
+/// no CA to verify the Sentinel with, plaintext to its TLS port, TLS to its plaintext port.
+#[test]
+fn a_tls_sentinel_is_verified_with_the_ca() {
+    let certs = tmp();
+    support::tls::make_certs(certs.path());
+    let path = |f: &str| certs.path().join(f).display().to_string();
+    let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+    let master_tls = free_port().to_string();
+    let redis = RedisServer::start_with(&[
+        "--tls-port",
+        &master_tls,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        "no",
+    ]);
+    let sentinel_tls = free_port();
+    let setup = Setup {
+        password: Some(SENTINEL_PASSWORD.to_owned()),
+        extra: format!(
+            "tls-port {sentinel_tls}\ntls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+             tls-auth-clients no\ntls-replication yes\n"
+        ),
+    };
+    let watch =
+        Watch { quorum: 1, down_after: Duration::from_secs(5), failover_timeout: Duration::from_secs(10) };
+    // The Sentinel watches the master's TLS port, so that is the address it names.
+    let sentinel = Sentinel::start_setup(master_tls.parse().unwrap(), watch, &setup);
+    let known = wait_until(Duration::from_secs(10), || {
+        let flags: Option<Vec<String>> =
+            sentinel.query(redis::cmd("SENTINEL").arg("master").arg(support::sentinel::MASTER_NAME));
+        flags.is_some_and(|f| f.windows(2).any(|kv| kv[0] == "flags" && kv[1] == "master"))
+    });
+    assert!(known, "the Sentinel did not reach the master over TLS:\n{}", sentinel.log());
+    let _ = redis;
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let tls_url = format!("rediss://:{SENTINEL_PASSWORD}@localhost:{sentinel_tls}");
+    let plain_url = format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{}", sentinel.port);
+    let cases: [(&str, String, &[&str], i32, &str); 5] = [
+        ("verified with the CA", tls_url.clone(), &["--tls-ca-file", &ca], 0, ""),
+        // Each speaks TLS or not on its own: the same Sentinel at its plaintext port.
+        ("a plaintext Sentinel, a TLS master", plain_url.clone(), &["--tls-ca-file", &ca], 0, ""),
+        ("no CA", tls_url.clone(), &[], 78, "TLS failed"),
+        (
+            "plaintext to the TLS port",
+            format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{sentinel_tls}"),
+            &["--tls-ca-file", &ca],
+            78,
+            "speaks TLS",
+        ),
+        (
+            "TLS to the plaintext port",
+            plain_url.replacen("redis://", "rediss://", 1),
+            &["--tls-ca-file", &ca],
+            78,
+            "does not speak TLS",
+        ),
+    ];
+    for (what, at, flags, code, says) in cases {
+        let _ = std::fs::remove_file(&marker);
+        let r = run(
+            wrapper()
+                .args([
+                    "--fail-open",
+                    "--connect-timeout",
+                    "1s",
+                    "--sentinel",
+                    &at,
+                    "--sentinel-master",
+                    "main",
+                ])
+                .args(["--redis-url", "rediss://ignored.invalid"])
+                .args(flags)
+                .args(["-k", "lock:tls", "--", "touch"])
+                .arg(&marker),
+            LIMIT_SHORT,
+        );
+        assert_eq!(r.code, code, "{what}: {}", r.stderr);
+        assert!(!r.stderr.contains("S3cret"), "{what}: a password was shown: {}", r.stderr);
+        assert_eq!(marker.exists(), code == 0, "{what}: ran or not: {}", r.stderr);
+        if code != 0 {
+            assert!(r.stderr.contains(says), "{what}: says why: {}", r.stderr);
+        }
     }
 }

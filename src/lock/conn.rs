@@ -89,9 +89,7 @@ impl Conn {
         let sentinels = match &redis.topology {
             Topology::Sentinel { sentinels, .. } => sentinels
                 .iter()
-                .map(|s| {
-                    Node::new(s, redis.sentinel_password.as_deref(), certs.as_ref(), redis.tls.insecure)
-                })
+                .map(|s| Node::new(s, redis.sentinel_password.as_deref(), certs.as_ref(), redis.tls.insecure))
                 .collect::<Result<Vec<_>, _>>()?,
             _ => Vec::new(),
         };
@@ -289,6 +287,9 @@ impl Conn {
                     let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
                         .map_err(|e| Fault::from_redis(&e))?;
                     let mut link = self.connect_node(client).await?;
+                    for refusal in self.watcher.as_ref().map(Watcher::refusals).unwrap_or_default() {
+                        tracing::warn!("{refusal}");
+                    }
                     // The node must be a master now, not one a failover has just demoted.
                     // (A user whose ACL does not allow ROLE skips the check.)
                     if let Link::Node(conn) = &mut link {
@@ -398,7 +399,8 @@ impl Conn {
         for sentinel in sentinels {
             let shown = &sentinel.shown;
             let asked = async {
-                let mut conn = sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
+                let mut conn =
+                    sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
                 redis::cmd("SENTINEL")
                     .arg("get-master-addr-by-name")
                     .arg(master)

@@ -91,6 +91,8 @@ struct State {
     /// A connection was made while no subscription was in place: the next one to be made
     /// starts a new epoch.
     uncovered: bool,
+    /// Subscriptions refused for a reason no retry changes, not yet said (see `refusals`).
+    refused: Vec<String>,
 }
 
 /// One subscription per Sentinel, each re-made (with bounded backoff) when it breaks. The
@@ -125,6 +127,18 @@ impl Watcher {
             s.uncovered = s.live == 0;
             s.uncovered
         });
+    }
+
+    /// Subscriptions refused since last asked (credentials, an ACL without the channel, TLS):
+    /// said once the master is found, so that a run that fails for the same reason says it
+    /// once.
+    pub fn refusals(&self) -> Vec<String> {
+        let mut refused = Vec::new();
+        self.state.send_if_modified(|s| {
+            refused = std::mem::take(&mut s.refused);
+            false
+        });
+        refused
     }
 
     pub fn epoch(&self) -> u64 {
@@ -165,8 +179,25 @@ async fn follow(sentinel: Node, master: String, state: watch::Sender<State>, lim
     loop {
         let subscribed = tokio::time::timeout(limit, subscribe(&sentinel.client)).await;
         let first = failures == 0 && !subscribed_before;
-        if first && !matches!(subscribed, Ok(Ok(_))) {
-            state.send_modify(|s| s.tried += 1);
+        // Not an outage that passes: refused credentials, an ACL without the channel, TLS that
+        // cannot work. Kept to be said once the master is found (the master may still be found
+        // through this Sentinel, but its news of a failover is not heard); in the same update
+        // as the first try, so that whoever waits for the tries sees it.
+        let refusal = match &subscribed {
+            Ok(Err(e)) if !warned && matches!(Fault::from_redis(e), Fault::Denied(_) | Fault::Config(_)) => {
+                warned = true;
+                Some(format!(
+                    "cannot subscribe to +switch-master at Sentinel {shown} ({e}): a failover it \
+                     announces is noticed only when a request fails"
+                ))
+            }
+            _ => None,
+        };
+        if refusal.is_some() || (first && !matches!(subscribed, Ok(Ok(_)))) {
+            state.send_modify(|s| {
+                s.tried += usize::from(first);
+                s.refused.extend(refusal);
+            });
         }
         match subscribed {
             Ok(Ok(mut switches)) => {
@@ -208,19 +239,7 @@ async fn follow(sentinel: Node, master: String, state: watch::Sender<State>, lim
                 let why = "the subscription to the Sentinel broke; subscribing again";
                 tracing::debug!(sentinel = %shown, "{why}");
             }
-            Ok(Err(e)) => match Fault::from_redis(&e) {
-                // Not an outage that passes: refused credentials, an ACL without the channel,
-                // TLS that cannot work. Said once; the master is still found through this
-                // Sentinel when it answers, but its news of a failover is not heard.
-                Fault::Denied(_) | Fault::Config(_) if !std::mem::replace(&mut warned, true) => {
-                    tracing::warn!(
-                        sentinel = %shown,
-                        "cannot subscribe to +switch-master at this Sentinel ({e}): a failover it \
-                         announces is noticed only when a request fails"
-                    );
-                }
-                _ => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
-            },
+            Ok(Err(e)) => tracing::debug!(sentinel = %shown, "cannot subscribe to the Sentinel: {e}"),
             Err(_) => tracing::debug!(sentinel = %shown, "subscribing to the Sentinel timed out"),
         }
         failures += 1;

@@ -5,6 +5,7 @@
 pub mod fault;
 pub mod oracle;
 pub mod sentinel;
+pub mod tls;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

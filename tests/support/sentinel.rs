@@ -175,10 +175,12 @@ impl SentinelSet {
             (0..sentinels).map(|_| Sentinel::start_setup(master.port, watch, setup)).collect();
         let set = SentinelSet { master, replica, more_replicas: replicas, sentinels };
         let in_sync = wait_until(Duration::from_secs(10), || {
-            set.replicas().all(|r| r.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up"))
+            set.replicas()
+                .all(|r| r.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up"))
         });
         assert!(in_sync, "the replicas did not sync with the master");
-        let (others, slaves) = ((set.sentinels.len() - 1).to_string(), (1 + set.more_replicas.len()).to_string());
+        let (others, slaves) =
+            ((set.sentinels.len() - 1).to_string(), (1 + set.more_replicas.len()).to_string());
         let acquainted = wait_until(Duration::from_secs(20), || {
             set.sentinels.iter().all(|s| {
                 let state = s.master_state();
