@@ -14,7 +14,8 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// is taken from README.md as written, with PASSWORD replaced.
 fn least_privilege_user(redis: &RedisServer, password: &str) {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let line = readme
+    let section = &readme[readme.find("### Least-privilege ACL").expect("README § Least-privilege ACL")..];
+    let line = section
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER"))

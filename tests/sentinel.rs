@@ -470,3 +470,40 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
         }
     }
 }
+
+/// README § Sentinel's ACL line for a Sentinel user, as written: with it a run finds the
+/// master and follows its switches without a warning; without the channel, the run still works
+/// and a warning says that the Sentinel's news of a failover is not heard.
+#[test]
+fn the_readmes_sentinel_acl_user_is_enough() {
+    let readme = include_str!("../README.md");
+    let line = readme
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("ACL SETUSER") && l.contains("get-master-addr-by-name"))
+        .expect("README § Sentinel has the Sentinel user's ACL line")
+        .replace("PASSWORD", "Pa55-word");
+    let (_redis, sentinel) = secured_sentinel();
+    let apply = |line: &str| {
+        let mut cmd = redis::cmd("ACL");
+        for word in line.split_whitespace().skip(1) {
+            cmd.arg(word);
+        }
+        let ok: Option<String> = sentinel.query(&cmd);
+        assert_eq!(ok.as_deref(), Some("OK"), "{line}");
+    };
+    apply(&line);
+    apply(&line.replace("locker", "nochannel").replace(" &+switch-master", ""));
+    for (user, warned) in [("locker", false), ("nochannel", true)] {
+        let r =
+            run(
+                wrapper()
+                    .args(["--sentinel", &format!("redis://{user}:Pa55-word@{}", sentinel.addr())])
+                    .args(["--sentinel-master", "main", "-k", "lock:acl", "--", "true"]),
+                LIMIT_SHORT,
+            );
+        assert_eq!(r.code, 0, "{user}: {}", r.stderr);
+        assert_eq!(r.stderr.contains("cannot subscribe to +switch-master"), warned, "{user}: {}", r.stderr);
+        assert!(!r.stderr.contains("Pa55"), "{}", r.stderr);
+    }
+}
