@@ -454,27 +454,14 @@ pub struct RedisArgs {
     /// Find the master through this Sentinel
     ///
     /// HOST[:PORT] (port 26379 when omitted), or a URL with the Sentinel's own credentials and
-    /// TLS: redis://[USER[:PASSWORD]@]HOST[:PORT], rediss://… Repeat it, or comma-separate in
-    /// the environment. --redis-url then only gives the master's scheme, credentials and
-    /// database.
-    #[arg(
-        long,
-        env = "REDLOCK_SENTINEL",
-        value_name = "HOST[:PORT]|URL",
-        value_delimiter = ',',
-        requires = "sentinel_master",
-        help_heading = "Redis connection"
-    )]
+    /// TLS: redis://[USER[:PASSWORD]@]HOST[:PORT], rediss://… Repeat it. --redis-url then only
+    /// gives the master's scheme, credentials and database [env: REDLOCK_SENTINEL, the
+    /// Sentinels separated by commas].
+    #[arg(long, value_name = "HOST[:PORT]|URL", help_heading = "Redis connection")]
     pub sentinel: Vec<String>,
 
     /// Name of the master the Sentinels watch
-    #[arg(
-        long,
-        env = "REDLOCK_SENTINEL_MASTER",
-        value_name = "NAME",
-        requires = "sentinel",
-        help_heading = "Redis connection"
-    )]
+    #[arg(long, env = "REDLOCK_SENTINEL_MASTER", value_name = "NAME", help_heading = "Redis connection")]
     pub sentinel_master: Option<String>,
 
     /// Read the Sentinels' password from this file
@@ -485,7 +472,6 @@ pub struct RedisArgs {
         long,
         env = "REDLOCK_SENTINEL_PASSWORD_FILE",
         value_name = "PATH",
-        requires = "sentinel",
         help_heading = "Redis connection"
     )]
     pub sentinel_password_file: Option<PathBuf>,

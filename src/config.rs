@@ -97,6 +97,10 @@ impl RedisConfig {
     /// Where the URL came from, for messages about reaching it: nothing when it was given as
     /// `--redis-url`, the variable's name, or that it is the default and how to change it.
     pub fn source_note(&self) -> String {
+        if let Topology::Sentinel { .. } = self.topology {
+            // The URL's host is not used: the Sentinels name the master.
+            return String::new();
+        }
         match self.url_source {
             "--redis-url" => String::new(),
             DEFAULT_SOURCE => " (the default; set --redis-url or REDLOCK_REDIS_URL)".to_owned(),
@@ -268,9 +272,9 @@ pub const WRAPPER_VARIABLES: [&str; 32] = [
     "REDLOCK_QUIET",
     "REDLOCK_REDIS_URL",
     "REDLOCK_RENEW_EVERY",
+    // Read by hand rather than by clap (see `redis_config`).
     "REDLOCK_SENTINEL",
     "REDLOCK_SENTINEL_MASTER",
-    // Read by hand rather than by clap (see `redis_config`).
     "REDLOCK_SENTINEL_PASSWORD",
     "REDLOCK_SENTINEL_PASSWORD_FILE",
     "REDLOCK_SHARED",
@@ -409,10 +413,38 @@ fn redis_config(
             )));
         }
     }
+    // REDLOCK_SENTINEL is read here rather than by clap, which would split `--sentinel` values
+    // at commas too (a comma in a password would cut it in two, and send the first half to a
+    // host named by the second).
+    let sentinels: Vec<String> = if args.sentinel.is_empty() {
+        let listed = non_empty_env("REDLOCK_SENTINEL")?.unwrap_or_default();
+        listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    } else {
+        args.sentinel.clone()
+    };
+    match (&args.sentinel_master, sentinels.is_empty()) {
+        (Some(_), true) => return Err(usage("--sentinel-master needs --sentinel (or REDLOCK_SENTINEL)")),
+        (None, false) => return Err(usage("--sentinel needs --sentinel-master")),
+        _ if args.cluster && !sentinels.is_empty() => {
+            return Err(usage("--cluster and --sentinel do not go together"));
+        }
+        _ => {}
+    }
+    if args.sentinel_password_file.is_some() && sentinels.is_empty() {
+        return Err(usage("--sentinel-password-file needs --sentinel (or REDLOCK_SENTINEL)"));
+    }
     let topology = if args.cluster {
         Topology::Cluster { seeds: urls.clone() }
     } else if let Some(master) = &args.sentinel_master {
-        let sentinels = args.sentinel.iter().map(|s| sentinel_url(s)).collect::<Result<_, _>>()?;
+        let sentinels: Vec<String> = sentinels.iter().map(|s| sentinel_url(s)).collect::<Result<_, _>>()?;
+        for (i, sentinel) in sentinels.iter().enumerate() {
+            if sentinels[..i].contains(sentinel) {
+                return Err(usage(format!(
+                    "--sentinel {} is given more than once",
+                    crate::lock::url::redact_url(sentinel)
+                )));
+            }
+        }
         Topology::Sentinel { sentinels, master: master.clone() }
     } else if urls.len() > 1 {
         Topology::Quorum { urls: urls.clone() }
@@ -549,11 +581,27 @@ fn pem(
 
 /// The first line of a password file, without its line ending.
 fn read_password(flag: &str, path: &std::path::Path) -> Result<String, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Config(format!("{flag} {}: {e}", path.display())))?;
-    let password = text.lines().next().unwrap_or("").to_owned();
+    use std::io::Read;
+    // Only the first line counts; a file that never ends (`/dev/zero`) is read no further.
+    const MOST: u64 = 64 * 1024;
+    let failed = |e: std::io::Error| Error::Config(format!("{flag} {}: {e}", path.display()));
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(MOST).read_to_end(&mut bytes)).map_err(failed)?;
+    let first = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    if first.len() == bytes.len() && bytes.len() as u64 == MOST {
+        return Err(Error::Config(format!(
+            "{flag} {}: no line ends within the first {} KiB",
+            path.display(),
+            MOST / 1024
+        )));
+    }
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    let password = String::from_utf8(first.to_vec()).map_err(|_| {
+        Error::Config(format!("{flag} {}: the first line is not valid UTF-8", path.display()))
+    })?;
     if password.is_empty() {
-        return Err(Error::Config(format!("{flag} {}: the file is empty", path.display())));
+        let what = if bytes.is_empty() { "the file is empty" } else { "its first line is empty" };
+        return Err(Error::Config(format!("{flag} {}: {what}", path.display())));
     }
     Ok(password)
 }
@@ -914,6 +962,7 @@ mod tests {
             "REDLOCK_REDIS_URL".to_owned(),
             "REDLOCK_PASSWORD".to_owned(),
             "REDLOCK_SENTINEL_PASSWORD".to_owned(),
+            "REDLOCK_SENTINEL".to_owned(),
         ];
         collect(&crate::cli::Cli::command(), &mut names);
         names.sort();

@@ -118,6 +118,29 @@ fn denials_are_77_and_never_show_the_password() {
     assert!(!String::from_utf8_lossy(&r.stdout).contains("Pa55-word"));
 }
 
+/// A Redis with a password, reached with none, refuses the acquire before authentication
+/// ("unauthenticated multibulk length": the script call has more arguments than an
+/// unauthenticated client may send) and closes the connection: 77, never an outage that
+/// `--fail-open` would run the command unlocked for (found by an attacker: it was 69).
+#[test]
+fn a_password_protected_redis_reached_without_one_is_77() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    // Last: the fixture's own connections have no password.
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"requirepass", b"Pa55-word"]);
+    for fail_open in [false, true] {
+        let mut cmd = as_user(&format!("redis://127.0.0.1:{}", redis.port));
+        if fail_open {
+            cmd.arg("--fail-open");
+        }
+        let r = run(cmd.args(["-k", "lock:nopass", "--", "touch"]).arg(&marker), LIMIT);
+        assert_eq!(r.code, 77, "--fail-open {fail_open}: {}", r.stderr);
+        assert!(r.stderr.contains("password"), "says why: {}", r.stderr);
+        assert!(!marker.exists(), "the command ran without the lock");
+    }
+}
+
 #[test]
 fn a_missing_command_permission_is_77() {
     let redis = RedisServer::start();

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
@@ -506,4 +506,159 @@ fn the_readmes_sentinel_acl_user_is_enough() {
         assert_eq!(r.stderr.contains("cannot subscribe to +switch-master"), warned, "{user}: {}", r.stderr);
         assert!(!r.stderr.contains("Pa55"), "{}", r.stderr);
     }
+}
+
+/// A stale Sentinel, or one of another deployment, listed first does not decide the master:
+/// every Sentinel is asked, and the master a majority of them names is the one (issue 21,
+/// found by an attacker: the first `--sentinel` always decided, 20 runs of 20). Sentinels that
+/// answered and disagree, with no majority, are a failover in progress: retried, never run
+/// without the lock.
+#[test]
+fn the_master_is_the_one_most_sentinels_name() {
+    let (ours, other) = (RedisServer::start(), RedisServer::start());
+    let (s1, s2, stale) =
+        (Sentinel::start(ours.port), Sentinel::start(ours.port), Sentinel::start(other.port));
+    let dir = tmp();
+    let started = file(&dir, "started");
+    let args = |sentinels: &[&Sentinel]| -> Vec<String> {
+        let mut args: Vec<String> =
+            sentinels.iter().flat_map(|s| ["--sentinel".to_owned(), s.addr()]).collect();
+        args.extend(["--sentinel-master".to_owned(), "main".to_owned()]);
+        args
+    };
+    let mut holder = wrapper()
+        .args(args(&[&s1]))
+        .args(["-k", "lock:majority", "--", "sh", "-c", "touch \"$0\"; sleep 30"])
+        .arg(&started)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || started.exists()), "the holder did not start");
+    for order in [[&stale, &s1, &s2], [&s1, &stale, &s2], [&s2, &s1, &stale]] {
+        for _ in 0..3 {
+            let r = run(
+                wrapper().args(args(&order)).args(["--fail-open", "-k", "lock:majority", "--", "true"]),
+                LIMIT_SHORT,
+            );
+            assert_eq!(
+                r.code, 75,
+                "the lock is held on the master two Sentinels of three name: {}",
+                r.stderr
+            );
+        }
+    }
+    assert!(!other.exists(b"lock:majority"), "nothing was taken on the other deployment's master");
+    // Two Sentinels that disagree: no majority, no guess.
+    let marker = file(&dir, "ran");
+    let r = run(
+        wrapper()
+            .args(args(&[&stale, &s1]))
+            .args(["--fail-open", "--wait", "1s", "-k", "lock:other", "--", "touch"])
+            .arg(&marker),
+        LIMIT_SHORT,
+    );
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(r.stderr.contains("disagree"), "says why: {}", r.stderr);
+    assert!(!marker.exists(), "never without the lock: Redis answered");
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+/// A Sentinel that answers, but not with a master the wrapper can use — it names a replica, or
+/// answers with an error — is not an outage: `--fail-open` never runs the command without the
+/// lock (found by an attacker: it did, "the node Sentinel names is not a master (yet)").
+#[test]
+fn a_sentinel_that_answers_is_never_an_outage() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    let names_replica: &'static [u8] =
+        format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{}\r\n", replica.port.to_string().len(), replica.port)
+            .leak()
+            .as_bytes();
+    let fakes = [
+        (NotRedis::start(names_replica), "not a master"),
+        (NotRedis::start(b"-ERR something odd\r\n"), "something odd"),
+    ];
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    for (fake, says) in &fakes {
+        let r = run(
+            wrapper()
+                .args(["--sentinel", &format!("127.0.0.1:{}", fake.port), "--sentinel-master", "main"])
+                .args(["--fail-open", "--wait", "1s", "-k", "lock:answered", "--", "touch"])
+                .arg(&marker),
+            LIMIT_SHORT,
+        );
+        assert_eq!(r.code, 69, "{says}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{says}: {}", r.stderr);
+        assert!(!marker.exists(), "{says}: the command ran without the lock");
+    }
+}
+
+/// Running out of descriptors while asking many Sentinels is a local failure (70), never an
+/// outage that `--fail-open` would run the command unlocked for (found by an attacker:
+/// `ulimit -n 64` and 55 Sentinels did).
+#[test]
+fn out_of_descriptors_among_sentinels_never_fails_open() {
+    let silent = Silent::start(60);
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let mut script = String::from("ulimit -n 64; exec \"$0\" --fail-open --sentinel-master main");
+    for port in &silent.ports {
+        script.push_str(&format!(" --sentinel 127.0.0.1:{port}"));
+    }
+    script.push_str(" --connect-timeout 2s --command-timeout 2s -k lock:fds -- touch \"$1\"");
+    let r = run(Command::new("sh").args(["-c", &script]).arg(BIN).arg(&marker), LIMIT_SHORT);
+    assert!(!marker.exists(), "the command ran without the lock: {}", r.stderr);
+    assert_eq!(r.code, 70, "{}", r.stderr);
+}
+
+/// Sentinel addresses are taken as given (found by an attacker): a comma inside a
+/// `--sentinel` value is part of it (only REDLOCK_SENTINEL is split at commas, and around
+/// blanks); a URL with a raw `@` after its host (a password with `#`, `/` or `?` not
+/// percent-encoded) is refused, naming no part of the password, instead of connecting to a
+/// host made of the password's first half; the same Sentinel twice is a usage mistake.
+#[test]
+fn sentinel_addresses_are_taken_as_given() {
+    let redis = RedisServer::start();
+    let setup = Setup { password: Some("pass,word".to_owned()), ..Setup::default() };
+    let watch =
+        Watch { quorum: 1, down_after: Duration::from_secs(5), failover_timeout: Duration::from_secs(10) };
+    let (s1, s2) =
+        (Sentinel::start_setup(redis.port, watch, &setup), Sentinel::start_setup(redis.port, watch, &setup));
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let attempt = |args: &[String], env: &[(&str, String)]| {
+        let _ = std::fs::remove_file(&marker);
+        let mut cmd = wrapper();
+        cmd.args(args).args(["--sentinel-master", "main", "--fail-open", "-k", "lock:given", "--", "touch"]);
+        cmd.arg(&marker);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        run(&mut cmd, LIMIT_SHORT)
+    };
+    let with_password = |s: &Sentinel| format!("redis://:pass,word@{}", s.addr());
+    let r = attempt(&["--sentinel".into(), with_password(&s1)], &[]);
+    assert_eq!(r.code, 0, "a comma in a --sentinel value: {}", r.stderr);
+    let both = format!("{} , {}", s1.addr(), s2.addr());
+    let r = attempt(&[], &[("REDLOCK_SENTINEL", both), ("REDLOCK_SENTINEL_PASSWORD", "pass,word".into())]);
+    assert_eq!(r.code, 0, "REDLOCK_SENTINEL split at commas, blanks trimmed: {}", r.stderr);
+    assert!(marker.exists());
+    for flag in ["--sentinel", "--redis-url"] {
+        let raw = format!("redis://:S3c@ret#x@127.0.0.1:{}", s1.port);
+        let mut args = vec![flag.to_owned(), raw];
+        if flag == "--redis-url" {
+            args.extend(["--sentinel".to_owned(), with_password(&s1)]);
+        }
+        let r = attempt(&args, &[]);
+        assert_eq!(r.code, 78, "{flag} with a raw `#` in the password: {}", r.stderr);
+        assert!(r.stderr.contains("percent-encode"), "says how: {}", r.stderr);
+        assert!(!r.stderr.contains("S3c") && !r.stderr.contains("ret"), "{}", r.stderr);
+        assert!(!marker.exists(), "the command ran without the lock");
+    }
+    let r = attempt(&["--sentinel".into(), s1.addr(), "--sentinel".into(), s1.addr()], &[]);
+    assert_eq!(r.code, 64, "the same Sentinel twice: {}", r.stderr);
 }

@@ -41,8 +41,6 @@ pub struct Conn {
     fresh: bool,
     /// The Sentinels given (none for other topologies).
     sentinels: Vec<Node>,
-    /// Which Sentinel to ask first next time.
-    sentinel_turn: usize,
     /// With Sentinel: the switches of the master heard so far (started with the first link).
     watcher: Option<Watcher>,
     /// The watcher's epoch when the Sentinels were last asked: a link made then is stale once
@@ -126,7 +124,6 @@ impl Conn {
             client: None,
             fresh: true,
             sentinels,
-            sentinel_turn: 0,
             watcher: None,
             link_epoch: 0,
             connect_timeout: redis.connect_timeout,
@@ -265,18 +262,13 @@ impl Conn {
                 }
                 Topology::Sentinel { master, .. } => {
                     let limit = self.connect_timeout + self.command_timeout;
-                    let mut sentinels = self.sentinels.clone();
+                    let sentinels = self.sentinels.clone();
                     let watcher =
                         self.watcher.get_or_insert_with(|| Watcher::start(&sentinels, &master, limit));
                     // Listening before asking: a switch from here on makes this link stale.
                     watcher.covered(limit).await;
                     self.link_epoch = watcher.epoch();
                     let demoted = watcher.demoted();
-                    // Start with the Sentinel after the one asked last time, so that one stale
-                    // Sentinel cannot keep naming a demoted master.
-                    let turn = self.sentinel_turn % sentinels.len().max(1);
-                    sentinels.rotate_left(turn);
-                    self.sentinel_turn += 1;
                     let (host, port) = self.discover(&sentinels, &master, demoted.as_ref()).await?;
                     let addr = url::lowercase_host(match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
@@ -295,9 +287,11 @@ impl Conn {
                     if let Link::Node(conn) = &mut link {
                         match redis::cmd("ROLE").query_async::<Vec<redis::Value>>(conn).await {
                             Ok(role) if replies::bytes(role.first()).is_some_and(|r| r == b"master") => {}
+                            // A failover in progress (or a Sentinel that has not caught up):
+                            // Redis answered, so never an outage.
                             Ok(_) => {
-                                return Err(Fault::Unavailable(format!(
-                                    "the node Sentinel names for {master:?} is not a master (yet)"
+                                return Err(Fault::Transient(format!(
+                                    "the node the Sentinels name for {master:?} is not a master (yet)"
                                 )));
                             }
                             Err(e) if e.code() == Some("NOPERM") => {}
@@ -376,63 +370,106 @@ impl Conn {
         }
     }
 
-    /// Asks the Sentinels, in order, where the master is. A Sentinel that still names the
-    /// master the latest switch replaced has not caught up: the next one is asked. A Sentinel
-    /// that answers in a way no retry changes (it is no Sentinel, does not know the master,
-    /// refuses the credentials, TLS cannot work) is a mistake, reported when no other Sentinel
-    /// names the master, and warned about when one does.
+    /// Asks every Sentinel at once where the master is, and takes the master a majority of
+    /// them names — or, when some cannot be asked, the one every Sentinel that answered names.
+    /// So no single Sentinel decides: not one listed first that is stale, slow, or watches
+    /// another deployment's master of the same name. A Sentinel that still names the master
+    /// the latest switch replaced has not caught up and does not count. Sentinels that name
+    /// different masters with no majority are a failover in progress (retried, never run
+    /// without the lock). A Sentinel that answers in a way no retry changes (it is no
+    /// Sentinel, does not know the master, refuses the credentials, TLS cannot work) is a
+    /// mistake, reported when no Sentinel names the master, and warned about when one does.
     async fn discover(
         &self,
         sentinels: &[Node],
         master: &str,
         demoted: Option<&(String, u16)>,
     ) -> Result<(String, u16), Fault> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+
         let limit = self.connect_timeout + self.command_timeout;
-        let mut last = String::from("no Sentinel answered");
+        let majority = sentinels.len() / 2 + 1;
+        let mut asks: FuturesUnordered<_> = sentinels
+            .iter()
+            .map(|sentinel| async move {
+                let asked = async {
+                    let mut conn =
+                        sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
+                    redis::cmd("SENTINEL")
+                        .arg("get-master-addr-by-name")
+                        .arg(master)
+                        .query_async::<Option<(String, u16)>>(&mut conn)
+                        .await
+                };
+                (sentinel, tokio::time::timeout(limit, asked).await)
+            })
+            .collect();
+        // Who named what, in the order the answers came.
+        let mut named: Vec<((String, u16), &str)> = Vec::new();
         let mut mistake: Option<Fault> = None;
-        let mut note = |fault: Fault| {
-            // A configuration mistake (78) explains more than a refusal (77).
-            if !matches!(mistake, Some(Fault::Config(_))) {
-                mistake = Some(fault);
-            }
-        };
-        for sentinel in sentinels {
-            let shown = &sentinel.shown;
-            let asked = async {
-                let mut conn =
-                    sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
-                redis::cmd("SENTINEL")
-                    .arg("get-master-addr-by-name")
-                    .arg(master)
-                    .query_async::<Option<(String, u16)>>(&mut conn)
-                    .await
-            };
-            match tokio::time::timeout(limit, asked).await {
+        let mut answered: Option<Fault> = None;
+        let mut local: Option<Fault> = None;
+        let mut last = String::from("no Sentinel answered");
+        while let Some((sentinel, outcome)) = asks.next().await {
+            let shown = sentinel.shown.as_str();
+            match outcome {
                 Ok(Ok(Some(addr))) if demoted == Some(&addr) => {
-                    last = format!(
+                    answered = Some(Fault::Transient(format!(
                         "Sentinel {shown} still names {}:{}, the master a failover replaced",
                         addr.0, addr.1
-                    );
+                    )));
                 }
                 Ok(Ok(Some(addr))) => {
-                    if let Some(fault) = &mistake {
-                        tracing::warn!("{fault}");
+                    named.push((addr, shown));
+                    let addr = &named[named.len() - 1].0;
+                    if named.iter().filter(|(a, _)| a == addr).count() >= majority {
+                        break;
                     }
-                    return Ok(addr);
                 }
-                Ok(Ok(None)) => note(Fault::Config(format!(
-                    "Sentinel {shown} does not know a master named {master:?}: check --sentinel-master"
-                ))),
+                Ok(Ok(None)) => {
+                    let unknown = format!(
+                        "Sentinel {shown} does not know a master named {master:?}: check --sentinel-master"
+                    );
+                    // A configuration mistake (78) explains more than a refusal (77).
+                    if !matches!(mistake, Some(Fault::Config(_))) {
+                        mistake = Some(Fault::Config(unknown));
+                    }
+                }
                 Ok(Err(e)) => match mistakes::sentinel_mistake(sentinel, &e, self.connect_timeout).await {
-                    Some(fault) => note(fault),
-                    None => last = format!("Sentinel {shown}: {e}"),
+                    Some(fault) => {
+                        if !matches!(mistake, Some(Fault::Config(_))) {
+                            mistake = Some(fault);
+                        }
+                    }
+                    None => match Fault::from_redis(&e) {
+                        Fault::Unavailable(_) => last = format!("Sentinel {shown}: {e}"),
+                        Fault::Internal(text) => local = Some(Fault::Internal(text)),
+                        // It answered, with an error: not an outage.
+                        _ => answered = Some(Fault::Transient(format!("Sentinel {shown} answered: {e}"))),
+                    },
                 },
-                Err(_) => last = format!("Sentinel {shown} did not answer"),
+                Err(_) => last = format!("Sentinel {shown} did not answer within {limit:?}"),
             }
         }
-        // A Sentinel answered, and none named the master: a mistake, whatever the others did
-        // (an unreachable one would not have named it either).
-        Err(mistake.unwrap_or(Fault::Unavailable(last)))
+        // The rest are not waited for.
+        drop(asks);
+        if let Some((addr, _)) = named.last() {
+            let votes = |a: &(String, u16)| named.iter().filter(|(b, _)| b == a).count();
+            if votes(addr) >= majority || named.iter().all(|(a, _)| a == addr) {
+                if let Some(fault) = &mistake {
+                    tracing::warn!("{fault}");
+                }
+                return Ok(addr.clone());
+            }
+            let said: Vec<String> = named.iter().map(|((h, p), s)| format!("{s} names {h}:{p}")).collect();
+            return Err(Fault::Transient(format!(
+                "the Sentinels disagree about the master {master:?} and no majority names one ({})",
+                said.join(", ")
+            )));
+        }
+        // Nobody named the master. A Sentinel's mistake, then a failure here, then a Sentinel
+        // that answered explain it better than one that could not be reached.
+        Err(mistake.or(local).or(answered).unwrap_or(Fault::Unavailable(last)))
     }
 
     /// Classifies a reply. A plaintext connection reset at its first request is checked for a

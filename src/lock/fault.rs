@@ -68,6 +68,14 @@ impl Fault {
             }
             _ => {}
         }
+        // A Redis with a password refuses a request longer than an unauthenticated client may
+        // send (more than 10 arguments, as the scripts' calls have) before it says NOAUTH.
+        if text.contains("unauthenticated multibulk length") || text.contains("unauthenticated bulk length") {
+            return Fault::Denied(format!(
+                "Redis requires a password, and none was given (it refused the request before \
+                 authentication: {text})"
+            ));
+        }
         // Inside a script an ACL denial comes back as a plain ERR.
         if err.kind() == redis::ErrorKind::AuthenticationFailed
             || text.contains("can't run this command")

@@ -7,6 +7,22 @@ use crate::exit::Error;
 
 /// Parses the URL that came from `source` (`--redis-url`, a variable, the default).
 pub fn parse(url: &str, source: &str) -> Result<ConnectionInfo, Error> {
+    // A `@` after the host is a password's: one with `#`, `/` or `?` in it, not
+    // percent-encoded, ends the host early, and the URL would name a host made of the
+    // password's first half (a lookup that fails like an unreachable Redis, and sends that
+    // half to the resolver).
+    if let Some((scheme, rest)) = url.split_once("://")
+        && ["redis", "rediss", "valkey", "valkeys"].iter().any(|s| s.eq_ignore_ascii_case(scheme))
+    {
+        let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if rest[host_end..].contains('@') {
+            return Err(Error::Config(format!(
+                "{source} {}: a `@` after the host: percent-encode `@ : / ? #` in a user name or \
+                 password (%40 %3A %2F %3F %23)",
+                redact_url(url)
+            )));
+        }
+    }
     let info = url.into_connection_info().map_err(|e| invalid(url, source, e))?;
     let addr = lowercase_host(info.addr().clone());
     Ok(info.set_addr(addr))
@@ -112,6 +128,16 @@ mod tests {
     }
 
     use super::redact_url;
+
+    #[test]
+    fn a_password_that_ends_the_host_early_is_refused() {
+        for url in ["redis://:S3c#ret@h:1", "rediss://u:S3c/ret@h", "redis://:S3c?r@et@h:1/0"] {
+            let e = super::parse(url, "--redis-url").unwrap_err().to_string();
+            assert!(e.contains("percent-encode") && !e.contains("S3c"), "{url}: {e}");
+        }
+        assert!(super::parse("redis://:S3c%23ret@h:1/2?protocol=resp3", "--redis-url").is_ok());
+        assert!(super::parse("unix:///run/redis.sock?pass=p@ss", "--redis-url").is_ok());
+    }
 
     #[test]
     fn passwords_are_redacted() {

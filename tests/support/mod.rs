@@ -323,6 +323,50 @@ impl Drop for NotRedis {
     }
 }
 
+/// TCP listeners on loopback ports that accept every connection and never answer (a frozen
+/// service whose kernel still accepts). Stopped, and their connections closed, on drop.
+pub struct Silent {
+    pub ports: Vec<u16>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Silent {
+    pub fn start(listeners: usize) -> Self {
+        let listeners: Vec<TcpListener> = (0..listeners)
+            .map(|_| {
+                let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+                listener.set_nonblocking(true).expect("nonblocking");
+                listener
+            })
+            .collect();
+        let ports = listeners.iter().map(|l| l.local_addr().expect("addr").port()).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut idle = true;
+                for listener in &listeners {
+                    if let Ok((conn, _)) = listener.accept() {
+                        held.push(conn);
+                        idle = false;
+                    }
+                }
+                if idle {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
+        Silent { ports, stop }
+    }
+}
+
+impl Drop for Silent {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {
     redlock_at(&server.url())
