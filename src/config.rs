@@ -971,6 +971,25 @@ mod tests {
     }
 
     #[test]
+    fn a_password_file_gives_its_first_line_and_is_read_no_further() {
+        let dir = std::env::temp_dir().join(format!("redlock-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |name: &str, text: &[u8]| {
+            let path = dir.join(name);
+            std::fs::write(&path, text).unwrap();
+            super::read_password("--password-file", &path)
+        };
+        assert_eq!(at("crlf", b"pw\r\nmore").unwrap(), "pw");
+        assert_eq!(at("last", b"p w").unwrap(), "p w");
+        let err = |r: Result<String, crate::exit::Error>| r.unwrap_err().to_string();
+        assert!(err(at("empty", b"")).contains("the file is empty"));
+        assert!(err(at("blank", b"\npw")).contains("its first line is empty"));
+        let endless = super::read_password("--password-file", std::path::Path::new("/dev/zero"));
+        assert!(err(endless).contains("no line ends"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_sentinel_without_a_port_is_on_26379() {
         for (given, url) in [
             ("localhost", "redis://localhost:26379"),
