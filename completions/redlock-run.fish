@@ -120,15 +120,15 @@ complete -c redlock-run -n '__redlock_run_at top' -l on-lost -d 'What to do when
 ignore\t'Keep the command running without the lock, warn loudly, exit with the command\'s status'"
 complete -c redlock-run -n '__redlock_run_at top' -l max-runtime -d 'Stop the command after this long (exit 124)' -x
 complete -c redlock-run -n '__redlock_run_at top' -l no-new-privs -d 'Keep the command from gaining privileges'
-complete -c redlock-run -n '__redlock_run_at top' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at top' -l redis-url -d 'Redis URL (redis://, rediss://, unix://)' -x
 complete -c redlock-run -n '__redlock_run_at top' -l password-file -d 'Read the Redis password from this file' -rF
-complete -c redlock-run -n '__redlock_run_at top' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l tls-ca-file -d 'CA certificates (PEM) to verify with' -rF
 complete -c redlock-run -n '__redlock_run_at top' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at top' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at top' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at top' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at top' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at top' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at top' -l sentinel-password-file -d 'The Sentinels\' password, from a file' -rF
 complete -c redlock-run -n '__redlock_run_at top' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at top' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at top' -l command-timeout -d 'Bound on each Redis request' -x
@@ -141,15 +141,15 @@ complete -c redlock-run -n '__redlock_run_at top' -s h -l help -d 'Print help (s
 complete -c redlock-run -n '__redlock_run_at top' -s V -l version -d 'Print version'
 complete -c redlock-run -n '__redlock_run_at status' -s k -l key -d 'Lock key; repeat to hold several, all or none' -x
 complete -c redlock-run -n '__redlock_run_at status' -l json -d 'Print one JSON object instead of text'
-complete -c redlock-run -n '__redlock_run_at status' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at status' -l redis-url -d 'Redis URL (redis://, rediss://, unix://)' -x
 complete -c redlock-run -n '__redlock_run_at status' -l password-file -d 'Read the Redis password from this file' -rF
-complete -c redlock-run -n '__redlock_run_at status' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l tls-ca-file -d 'CA certificates (PEM) to verify with' -rF
 complete -c redlock-run -n '__redlock_run_at status' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at status' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at status' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at status' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at status' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at status' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at status' -l sentinel-password-file -d 'The Sentinels\' password, from a file' -rF
 complete -c redlock-run -n '__redlock_run_at status' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at status' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at status' -l command-timeout -d 'Bound on each Redis request' -x
@@ -162,15 +162,15 @@ complete -c redlock-run -n '__redlock_run_at release' -s k -l key -d 'Lock key; 
 complete -c redlock-run -n '__redlock_run_at release' -l force -d 'Required: a forced release can let two runs overlap'
 complete -c redlock-run -n '__redlock_run_at release' -l holder -d 'Drop only the holder whose token starts with this' -x
 complete -c redlock-run -n '__redlock_run_at release' -l json -d 'Print one JSON object instead of text'
-complete -c redlock-run -n '__redlock_run_at release' -l redis-url -d 'Redis URL: redis://, rediss:// (TLS), unix://' -x
+complete -c redlock-run -n '__redlock_run_at release' -l redis-url -d 'Redis URL (redis://, rediss://, unix://)' -x
 complete -c redlock-run -n '__redlock_run_at release' -l password-file -d 'Read the Redis password from this file' -rF
-complete -c redlock-run -n '__redlock_run_at release' -l tls-ca-file -d 'CA certificates (PEM) to verify the server with' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l tls-ca-file -d 'CA certificates (PEM) to verify with' -rF
 complete -c redlock-run -n '__redlock_run_at release' -l tls-cert-file -d 'Client certificate (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at release' -l tls-key-file -d 'Client private key (PEM) for mutual TLS' -rF
 complete -c redlock-run -n '__redlock_run_at release' -l tls-insecure -d 'Do not verify the server\'s certificate'
 complete -c redlock-run -n '__redlock_run_at release' -l sentinel -d 'Find the master through this Sentinel' -x
 complete -c redlock-run -n '__redlock_run_at release' -l sentinel-master -d 'Name of the master the Sentinels watch' -x
-complete -c redlock-run -n '__redlock_run_at release' -l sentinel-password-file -d 'Read the Sentinels\' password from this file' -rF
+complete -c redlock-run -n '__redlock_run_at release' -l sentinel-password-file -d 'The Sentinels\' password, from a file' -rF
 complete -c redlock-run -n '__redlock_run_at release' -l cluster -d 'Talk to a Redis Cluster'
 complete -c redlock-run -n '__redlock_run_at release' -l connect-timeout -d 'Bound on connecting to Redis' -x
 complete -c redlock-run -n '__redlock_run_at release' -l command-timeout -d 'Bound on each Redis request' -x

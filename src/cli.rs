@@ -395,9 +395,9 @@ pub struct KeyArg {
 /// Where Redis is, how to reach it safely, and how long to wait for it.
 #[derive(Debug, Args)]
 pub struct RedisArgs {
-    /// Redis URL: redis://, rediss:// (TLS), unix://
+    /// Redis URL (redis://, rediss://, unix://)
     ///
-    /// Give it several times for a Redlock quorum of independent servers, or for a Cluster's
+    /// rediss:// is TLS. Give it several times for a Redlock quorum of independent servers, or for a Cluster's
     /// seed nodes with --cluster [env: REDLOCK_REDIS_URL, then REDIS_URL] [default:
     /// redis://127.0.0.1:6379].
     #[arg(long, value_name = "URL", action = ArgAction::Append, help_heading = "Redis connection")]
@@ -410,9 +410,10 @@ pub struct RedisArgs {
     #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", help_heading = "Redis connection")]
     pub password_file: Option<PathBuf>,
 
-    /// CA certificates (PEM) to verify the server with
+    /// CA certificates (PEM) to verify with
     ///
-    /// Instead of the system's certificates.
+    /// The server's certificate, and a rediss:// Sentinel's, instead of with the system's
+    /// certificates.
     #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", help_heading = "Redis connection")]
     pub tls_ca_file: Option<PathBuf>,
 
@@ -464,7 +465,7 @@ pub struct RedisArgs {
     #[arg(long, env = "REDLOCK_SENTINEL_MASTER", value_name = "NAME", help_heading = "Redis connection")]
     pub sentinel_master: Option<String>,
 
-    /// Read the Sentinels' password from this file
+    /// The Sentinels' password, from a file
     ///
     /// Its first line; for every --sentinel whose address carries no password of its own [the
     /// password can also come from REDLOCK_SENTINEL_PASSWORD].
