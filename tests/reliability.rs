@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -144,6 +144,17 @@ const RW_KEY: &str = "lock:soak:rw";
 /// promises.
 const SLACK: Duration = Duration::from_millis(500);
 
+/// The lease options a phase's wrappers run with.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    ttl: Duration,
+    renew_every: Duration,
+    kill_grace: Duration,
+}
+
+/// The phases through the fault proxy.
+const PROXIED: Timing = Timing { ttl: TTL, renew_every: RENEW_EVERY, kill_grace: KILL_GRACE };
+
 /// How many soak phases run at once. The phases use little CPU (the whole soak about 9 s of it
 /// in 68 s: its wrappers mostly wait) and two at once keep their margins (RELIABILITY.md
 /// § Running it); three at once on a two-core machine were never measured, so a third waits.
@@ -219,7 +230,10 @@ impl Runs {
 /// A soak phase: its faults, injected in turn, and the wrapper loops that run meanwhile.
 struct Phase {
     name: &'static str,
+    timing: Timing,
     faults: &'static [Disruption],
+    /// How many of `faults` are injected in any case, however short the budget.
+    at_least: usize,
     loops: &'static [Runs],
 }
 
@@ -364,10 +378,33 @@ struct RunRecord {
     orphans: Vec<i32>,
 }
 
+/// How one wrapper loop's wrappers reach Redis: their options (`--redis-url`, `--sentinel`, …)
+/// and environment.
+#[derive(Clone, Debug, Default)]
+struct Reach {
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Reach {
+    fn url(url: &str) -> Reach {
+        Reach { args: vec!["--redis-url".to_owned(), url.to_owned()], env: Vec::new() }
+    }
+
+    /// A wrapper with a clean environment that reaches Redis this way.
+    fn wrapper(&self) -> Command {
+        let mut cmd = wrapper();
+        cmd.args(&self.args).envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+}
+
 /// What the wrapper loops and the fault injector share.
 struct Shared {
     dir: PathBuf,
-    proxy_url: String,
+    /// For loop `n`, `reach[n % reach.len()]`.
+    reach: Vec<Reach>,
+    timing: Timing,
     /// The phase's lock keys.
     keys: Vec<&'static str>,
     oracle: PathBuf,
@@ -415,10 +452,18 @@ fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
         };
         let kind = runs.next(&mut rng);
         let pgfile = shared.dir.join(format!("pg-{n}-{run_no}"));
-        let mut cmd = redlock_at(&shared.proxy_url);
+        let t = shared.timing;
+        let mut cmd = shared.reach[n % shared.reach.len()].wrapper();
         cmd.args(["-k", runs.key()])
             .args(kind.flags())
-            .args(["--ttl", &ms(TTL), "--renew-every", &ms(RENEW_EVERY), "--kill-grace", &ms(KILL_GRACE)])
+            .args([
+                "--ttl",
+                &ms(t.ttl),
+                "--renew-every",
+                &ms(t.renew_every),
+                "--kill-grace",
+                &ms(t.kill_grace),
+            ])
             .args(["--wait", &ms(WAIT), "--", "sh", "-c", script])
             .arg(&exe)
             .env(ORACLE_SOCKET, &shared.oracle)
@@ -522,14 +567,20 @@ return seen
 "#;
 
 /// Samples the lock keys (the values of their holders and the times left, atomically)
-/// straight from Redis every 20 ms.
-fn monitor(port: u16, keys: &[&str], stop: &AtomicBool) -> MonitorReport {
+/// straight from Redis every 20 ms: from the server on `port` (which may change).
+fn monitor(port: &AtomicU16, keys: &[&str], ttl: Duration, stop: &AtomicBool) -> MonitorReport {
     let script = redis::Script::new(SAMPLE);
     let mut report = MonitorReport::default();
     let mut conn: Option<redis::Connection> = None;
+    let mut connected_to = 0;
     while !stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
+        let port = port.load(Ordering::SeqCst);
+        if port != connected_to {
+            conn = None;
+        }
         if conn.is_none() {
+            connected_to = port;
             conn = redis::Client::open(format!("redis://127.0.0.1:{port}"))
                 .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
                 .ok();
@@ -550,7 +601,7 @@ fn monitor(port: u16, keys: &[&str], stop: &AtomicBool) -> MonitorReport {
         };
         let now = Instant::now();
         report.samples += 1;
-        let ttl = TTL.as_millis() as i64;
+        let ttl = ttl.as_millis() as i64;
         for (value, left, pttl) in holders {
             if !(0..=ttl).contains(&left) || !(0..=ttl).contains(&pttl) {
                 report
@@ -605,6 +656,21 @@ impl Disruption {
     }
 }
 
+/// Waits (bounded) for a command to be present — with `work` ahead of it, if given (the next
+/// runs then get a long hold) — and returns the one that entered last.
+fn await_holder(shared: &Shared, oracle: &Oracle, work: Option<Duration>) -> Option<Occupant> {
+    let ahead = work.unwrap_or_default();
+    let mut holder = None;
+    shared.want_long_hold.store(work.is_some(), Ordering::SeqCst);
+    wait_until(Duration::from_secs(if work.is_some() { 8 } else { 2 }), || {
+        let now = Instant::now();
+        holder = oracle.occupants().into_iter().rev().find(|h| h.done_by > now + ahead);
+        holder.is_some()
+    });
+    shared.want_long_hold.store(false, Ordering::SeqCst);
+    holder
+}
+
 /// Waits (bounded) for a command to be present — for a fault that must stop it, one with
 /// enough work ahead that it would still be running then — and injects the fault.
 fn inject(
@@ -616,15 +682,7 @@ fn inject(
     rng: &mut Rng,
 ) -> Injected {
     let plan = fault.plan(rng);
-    let ahead = plan.stops_within.map_or(Duration::ZERO, |d| d + SLACK);
-    let mut holder = None;
-    shared.want_long_hold.store(plan.stops_within.is_some(), Ordering::SeqCst);
-    wait_until(Duration::from_secs(if plan.stops_within.is_some() { 8 } else { 2 }), || {
-        let now = Instant::now();
-        holder = oracle.occupants().into_iter().rev().find(|h| h.done_by > now + ahead);
-        holder.is_some()
-    });
-    shared.want_long_hold.store(false, Ordering::SeqCst);
+    let holder = await_holder(shared, oracle, plan.stops_within.map(|d| d + SLACK));
     let start = Instant::now();
     let mut paused = None;
     match fault {
@@ -709,25 +767,92 @@ fn inject(
     }
 }
 
-/// One soak phase: its faults in turn (every one at least once, then on until the budget is
-/// spent), its wrappers looping meanwhile; returns everything observed.
+/// What a soak phase's faults act on, and how its wrappers reach Redis.
+trait Target {
+    /// How each wrapper loop reaches Redis (loop `n` takes the `n % len`th).
+    fn reach(&self) -> Vec<Reach>;
+    /// The port of the master now, which the monitor samples.
+    fn watched(&self) -> Arc<AtomicU16>;
+    /// Before the next fault: waits (bounded) until the target can take it, noting what it
+    /// waited for in the faults so far.
+    fn ready(&mut self, _injected: &mut [Injected]) {}
+    /// The pause before the next fault, after `last`.
+    fn gap(&self, last: Option<&Injected>, rng: &mut Rng) -> Duration;
+    fn inject(&mut self, fault: Disruption, shared: &Shared, oracle: &Oracle, rng: &mut Rng) -> Injected;
+    /// Whether `key` exists on the master now.
+    fn exists(&self, key: &str) -> bool;
+    /// What a failing check shows of it.
+    fn log(&self) -> String;
+}
+
+/// One Redis, which the wrappers reach through a [`FaultProxy`].
+struct Proxied {
+    redis: RedisServer,
+    proxy: FaultProxy,
+    watched: Arc<AtomicU16>,
+}
+
+impl Proxied {
+    fn start() -> Self {
+        let redis = RedisServer::start();
+        let proxy = FaultProxy::start(redis.port);
+        let watched = Arc::new(AtomicU16::new(redis.port));
+        Proxied { redis, proxy, watched }
+    }
+}
+
+impl Target for Proxied {
+    fn reach(&self) -> Vec<Reach> {
+        vec![Reach::url(&self.proxy.url())]
+    }
+
+    fn watched(&self) -> Arc<AtomicU16> {
+        Arc::clone(&self.watched)
+    }
+
+    fn gap(&self, last: Option<&Injected>, rng: &mut Rng) -> Duration {
+        // Data-loss faults get a longer pause after them, so that any overlap they cause (a
+        // waiter retries at the holder's PTTL, up to 2 s later) starts before the next fault.
+        if last.is_some_and(|f| f.fault.loses_data()) { rng.millis(2200, 2600) } else { rng.millis(400, 800) }
+    }
+
+    fn inject(&mut self, fault: Disruption, shared: &Shared, oracle: &Oracle, rng: &mut Rng) -> Injected {
+        inject(fault, &mut self.redis, &self.proxy, shared, oracle, rng)
+    }
+
+    fn exists(&self, key: &str) -> bool {
+        self.redis.exists(key.as_bytes())
+    }
+
+    fn log(&self) -> String {
+        format!("redis log:\n{}", self.redis.log().lines().rev().take(30).collect::<Vec<_>>().join("\n"))
+    }
+}
+
+/// One soak phase: its faults in turn (at least `at_least` of them, then on until the budget
+/// is spent), its wrappers looping meanwhile; returns everything observed.
 fn soak(phase: &Phase) -> SoakOutcome {
     let _turn = Turn::take();
-    let budget = phase_budget();
     let seed = Rng::seed_from_env("SOAK_SEED");
+    soak_on(phase, &mut Proxied::start(), seed)
+}
+
+fn soak_on(phase: &Phase, target: &mut dyn Target, seed: u64) -> SoakOutcome {
+    let budget = phase_budget();
     let mut rng = Rng::new(seed);
-    let mut redis = RedisServer::start();
-    let proxy = FaultProxy::start(redis.port);
     let dir = tmp();
     let oracle = Oracle::start(dir.path());
+    let reach = target.reach();
     // Loads the scripts, so the first runs under faults are not spent on NOSCRIPT.
-    let warm = run(redlock_at(&proxy.url()).args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
+    let warm = run(reach[0].wrapper().args(["-k", "lock:warm-up", "--", "true"]), LIMIT);
     assert_eq!(warm.code, 0, "{}", warm.stderr);
 
     let keys = phase.keys();
+    let ttl = phase.timing.ttl;
     let shared = Arc::new(Shared {
         dir: dir.path().to_owned(),
-        proxy_url: proxy.url(),
+        reach,
+        timing: phase.timing,
         keys: keys.clone(),
         oracle: oracle.path().to_owned(),
         stop: AtomicBool::new(false),
@@ -738,8 +863,8 @@ fn soak(phase: &Phase) -> SoakOutcome {
     let guard = StopOnDrop(Arc::clone(&shared));
     let monitor_stop = Arc::new(AtomicBool::new(false));
     let monitor_thread = {
-        let (port, stop, keys) = (redis.port, Arc::clone(&monitor_stop), keys.clone());
-        std::thread::spawn(move || monitor(port, &keys, &stop))
+        let (port, stop, keys) = (target.watched(), Arc::clone(&monitor_stop), keys.clone());
+        std::thread::spawn(move || monitor(&port, &keys, ttl, &stop))
     };
     let loops: Vec<JoinHandle<()>> = phase
         .loops
@@ -756,15 +881,12 @@ fn soak(phase: &Phase) -> SoakOutcome {
     let started = Instant::now();
     let mut injected: Vec<Injected> = Vec::new();
     let mut next = 0;
-    while next < faults.len() || started.elapsed() < budget {
+    while next < phase.at_least || started.elapsed() < budget {
+        target.ready(&mut injected);
         let fault = faults[next % faults.len()];
         next += 1;
-        // Data-loss faults get a longer pause after them, so that any overlap they cause (a
-        // waiter retries at the holder's PTTL, up to 2 s later) starts before the next fault.
-        let after_loss = injected.last().is_some_and(|f| f.fault.loses_data());
-        let gap = if after_loss { rng.millis(2200, 2600) } else { rng.millis(400, 800) };
-        std::thread::sleep(gap);
-        injected.push(inject(fault, &mut redis, &proxy, &shared, &oracle, &mut rng));
+        std::thread::sleep(target.gap(injected.last(), &mut rng));
+        injected.push(target.inject(fault, &shared, &oracle, &mut rng));
     }
     std::thread::sleep(Duration::from_secs(2));
     let soaked = started.elapsed();
@@ -777,7 +899,7 @@ fn soak(phase: &Phase) -> SoakOutcome {
     let drained = started.elapsed() - soaked;
     drop(guard);
     let last_exit = Instant::now();
-    let lock_gone = wait_until(TTL + SLACK, || keys.iter().all(|k| !redis.exists(k.as_bytes())));
+    let lock_gone = wait_until(ttl + SLACK, || keys.iter().all(|k| !target.exists(k)));
     let lock_gone_after = last_exit.elapsed();
     monitor_stop.store(true, Ordering::SeqCst);
     let monitored = monitor_thread.join().expect("monitor");
@@ -788,6 +910,7 @@ fn soak(phase: &Phase) -> SoakOutcome {
         wrappers: phase.loops.len(),
         keys,
         seed,
+        timing: phase.timing,
         soaked,
         drained,
         runs,
@@ -796,7 +919,7 @@ fn soak(phase: &Phase) -> SoakOutcome {
         monitored,
         lock_gone,
         lock_gone_after,
-        redis_log: redis.log(),
+        target_log: target.log(),
         // Kept for a failing assertion's message; removed when the outcome is dropped in a
         // passing test.
         wrapper_logs: dir.keep(),
@@ -811,6 +934,7 @@ struct SoakOutcome {
     wrappers: usize,
     keys: Vec<&'static str>,
     seed: u64,
+    timing: Timing,
     soaked: Duration,
     drained: Duration,
     runs: Vec<RunRecord>,
@@ -819,7 +943,8 @@ struct SoakOutcome {
     monitored: MonitorReport,
     lock_gone: bool,
     lock_gone_after: Duration,
-    redis_log: String,
+    /// What the target shows when a check fails (the tail of Redis's log).
+    target_log: String,
     wrapper_logs: PathBuf,
 }
 
@@ -892,9 +1017,9 @@ impl SoakOutcome {
             self.seed,
             self.wrappers,
             self.keys.join(" and "),
-            ms(TTL),
-            ms(RENEW_EVERY),
-            ms(KILL_GRACE),
+            ms(self.timing.ttl),
+            ms(self.timing.renew_every),
+            ms(self.timing.kill_grace),
             self.runs.len(),
             self.statuses(),
             self.injected.len(),
@@ -938,7 +1063,7 @@ impl SoakOutcome {
                 .map(|f| f.lifted)
                 .max();
             let owner_gone = held_back.map_or(run.exited, |l| l.max(run.exited));
-            if s.last > owner_gone + TTL + SLACK {
+            if s.last > owner_gone + self.timing.ttl + SLACK {
                 bad.push(format!(
                     "{}: seen {} ms after its wrapper could last reach Redis",
                     String::from_utf8_lossy(value),
@@ -951,11 +1076,11 @@ impl SoakOutcome {
 
     fn context(&self) -> String {
         format!(
-            "seed {} (rerun with SOAK_SEED={}); wrapper logs in {}; redis log:\n{}",
+            "seed {} (rerun with SOAK_SEED={}); wrapper logs in {}; {}",
             self.seed,
             self.seed,
             self.wrapper_logs.display(),
-            self.redis_log.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+            self.target_log
         )
     }
 
@@ -982,7 +1107,11 @@ impl SoakOutcome {
         );
         let leftovers = self.leftover_locks();
         assert!(leftovers.is_empty(), "locks left behind: {leftovers:?}; {ctx}");
-        assert!(self.lock_gone, "the lock was still there {TTL:?} after the last wrapper; {ctx}");
+        assert!(
+            self.lock_gone,
+            "the lock was still there {:?} after the last wrapper; {ctx}",
+            self.timing.ttl
+        );
         let r = &self.report;
         for (key, k) in &r.resources {
             assert_eq!(k.kind_conflicts, 0, "{key} was held by kinds that do not go together: {k:?}; {ctx}");
@@ -1021,7 +1150,7 @@ impl SoakOutcome {
     /// older one's writes.
     fn check_overlaps_after_data_loss(&self, in_order: bool) {
         let ctx = self.context();
-        let bound = RENEW_EVERY + KILL_GRACE + SLACK;
+        let bound = self.timing.renew_every + self.timing.kill_grace + SLACK;
         for o in &self.report.overlaps {
             let cause = self.cause(o);
             assert!(cause.is_some_and(|f| f.fault.loses_data()), "overlap {o:?} after {cause:?}; {ctx}");
@@ -1070,7 +1199,13 @@ impl Drop for SoakOutcome {
 /// leaving nothing behind.
 #[test]
 fn soak_without_data_loss_faults_never_overlaps() {
-    let outcome = soak(&Phase { name: "no data-loss faults", faults: &SAFE_FAULTS, loops: &ONE_KEY });
+    let outcome = soak(&Phase {
+        name: "no data-loss faults",
+        timing: PROXIED,
+        faults: &SAFE_FAULTS,
+        at_least: SAFE_FAULTS.len(),
+        loops: &ONE_KEY,
+    });
     let ctx = outcome.context();
     let r = &outcome.report;
     assert!(r.overlaps.is_empty(), "overlapping holders: {:?}; {ctx}", r.overlaps);
@@ -1086,7 +1221,13 @@ fn soak_without_data_loss_faults_never_overlaps() {
 /// fence check rejects every write of the older one; and (3) as above.
 #[test]
 fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
-    let outcome = soak(&Phase { name: "data-loss faults", faults: &DATA_LOSS_FAULTS, loops: &ONE_KEY });
+    let outcome = soak(&Phase {
+        name: "data-loss faults",
+        timing: PROXIED,
+        faults: &DATA_LOSS_FAULTS,
+        at_least: DATA_LOSS_FAULTS.len(),
+        loops: &ONE_KEY,
+    });
     let ctx = outcome.context();
     outcome.check_overlaps_after_data_loss(true);
     assert!(
@@ -1105,7 +1246,13 @@ fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
 /// no fence used twice on a key; and (3) as above.
 #[test]
 fn soak_with_lock_kinds_never_exceeds_their_holders_outside_data_loss() {
-    let outcome = soak(&Phase { name: "lock kinds", faults: &KIND_FAULTS, loops: &KIND_LOOPS });
+    let outcome = soak(&Phase {
+        name: "lock kinds",
+        timing: PROXIED,
+        faults: &KIND_FAULTS,
+        at_least: KIND_FAULTS.len(),
+        loops: &KIND_LOOPS,
+    });
     let ctx = outcome.context();
     let r = &outcome.report;
     // The checks meant something: the semaphore was full, readers held together, and writers
