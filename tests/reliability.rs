@@ -1065,8 +1065,10 @@ impl Target for Sentinels {
         }
     }
 
-    fn gap(&self, _last: Option<&Injected>, rng: &mut Rng) -> Duration {
-        rng.millis(400, 800)
+    /// None: the wait in `ready` (about 10 s) is the pause between failovers, and before the
+    /// first `inject` waits for a holder anyway.
+    fn gap(&self, _last: Option<&Injected>, _rng: &mut Rng) -> Duration {
+        Duration::ZERO
     }
 
     /// Waits (bounded) for a holder with work beyond the switch, fails over, and watches: the
