@@ -162,7 +162,7 @@ const PROXIED: Timing = Timing { ttl: TTL, renew_every: RENEW_EVERY, kill_grace:
 /// copy of the key (renewed at most `renew_every` before the promotion) outlives the time until
 /// the wrappers hear of the switch, during which their renewals reach the old master only
 /// (README § Sentinel: an overlap is possible if a failover takes "longer than about `--ttl`
-/// minus `--renew-every`"). Here every Sentinel named the promoted replica 0.3–1.1 s after it
+/// minus `--renew-every`"). Here every Sentinel named the promoted replica 0.1–1.1 s after it
 /// answered as a master (they see it in its INFO, asked every second during a failover): with
 /// 3 s − 400 ms that leaves 1.5 s of margin on a loaded machine, against 0.5 s with 2 s.
 const FAILOVER_TIMING: Timing =
