@@ -219,3 +219,30 @@ impl SentinelSet {
         self.sentinels.iter().all(|s| s.master_port() == Some(self.replica.port))
     }
 }
+
+impl Sentinel {
+    /// `SENTINEL FAILOVER main` here: a failover now, without asking the other Sentinels.
+    pub fn force_failover(&self) -> Result<(), String> {
+        let auth = self.password.as_ref().map(|p| format!(":{p}@")).unwrap_or_default();
+        let client = redis::Client::open(format!("redis://{auth}127.0.0.1:{}", self.port))
+            .map_err(|e| e.to_string())?;
+        let mut c =
+            client.get_connection_with_timeout(Duration::from_millis(500)).map_err(|e| e.to_string())?;
+        c.set_read_timeout(Some(Duration::from_secs(2))).map_err(|e| e.to_string())?;
+        redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME).query::<()>(&mut c).map_err(|e| e.to_string())
+    }
+}
+
+impl SentinelSet {
+    /// The port every Sentinel names as the master, when they all answer and agree.
+    pub fn agreed_master(&self) -> Option<u16> {
+        let mut named = self.sentinels.iter().map(Sentinel::master_port);
+        let first = named.next()??;
+        named.all(|p| p == Some(first)).then_some(first)
+    }
+
+    /// The data node listening on `port`.
+    pub fn node(&self, port: u16) -> Option<&RedisServer> {
+        self.nodes().find(|n| n.port == port)
+    }
+}
