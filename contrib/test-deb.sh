@@ -50,7 +50,7 @@ completed=$(bash --norc --noprofile -c '
   COMP_WORDS=(redlock-run --on-lost ""); COMP_CWORD=2; COMP_LINE="redlock-run --on-lost "
   COMP_POINT=${#COMP_LINE}
   $(complete -p redlock-run | sed -n "s/.*-F \([^ ]*\) .*/\1/p") redlock-run "" --on-lost
-  echo "${COMPREPLY[*]}"')
+  echo "${COMPREPLY[*]}"') || fail "bash-completion did not load the installed completion"
 echo "redlock-run --on-lost <TAB>: $completed"
 [ "$completed" = "terminate ignore" ] || fail "bash completion of --on-lost: '$completed'"
 [ -f /usr/share/zsh/vendor-completions/_redlock-run ] || fail "zsh completion"
