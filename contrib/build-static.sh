@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the static release binary (x86_64-unknown-linux-musl), checks that it links nothing,
+# and writes it with its SHA-256 into one folder:
+#
+#   contrib/build-static.sh [OUT]          # OUT defaults to dist/
+#   → OUT/redlock-run-VERSION-x86_64-linux-musl
+#     OUT/redlock-run-VERSION-x86_64-linux-musl.sha256   (check with `sha256sum -c`)
+#
+# Needs the musl target and musl-gcc (ring, the TLS library's crypto, has C code):
+#   rustup target add x86_64-unknown-linux-musl && apt-get install musl-tools
+#
+# Reproducible: the same commit and toolchain give the same bytes wherever the checkout and
+# the cargo home are (their paths are remapped), on any day (nothing records the build time).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=x86_64-unknown-linux-musl
+out=${1:-dist}
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+name=redlock-run-$version-x86_64-linux-musl
+
+fail() { echo "build-static: $*" >&2; exit 1; }
+rustup target list --installed 2>/dev/null | grep -qx "$target" ||
+  fail "the $target target is missing: rustup target add $target"
+command -v musl-gcc >/dev/null || fail "musl-gcc is missing: apt-get install musl-tools"
+
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+remap="--remap-path-prefix=$PWD=/build/redlock-run --remap-path-prefix=$cargo_home=/cargo"
+export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
+cargo build --release --locked --target "$target"
+bin=target/$target/release/redlock-run
+
+# Statically linked: no program interpreter, no shared library needed.
+if readelf -lW "$bin" | grep -q 'INTERP' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
+  fail "$bin is not statically linked: $(file -b "$bin")"
+fi
+"$bin" --version >/dev/null || fail "$bin does not run"
+
+mkdir -p "$out"
+cp "$bin" "$out/$name"
+(cd "$out" && sha256sum "$name" > "$name.sha256")
+echo "$out/$name ($(stat -c %s "$out/$name") bytes, statically linked)"
+cat "$out/$name.sha256"
