@@ -454,10 +454,10 @@ pub struct RedisArgs {
 
     /// Find the master through this Sentinel
     ///
-    /// HOST[:PORT] (port 26379 when omitted), or a URL with the Sentinel's own credentials and
-    /// TLS: redis://[USER[:PASSWORD]@]HOST[:PORT], rediss://… Repeat it. --redis-url then only
-    /// gives the master's scheme, credentials and database [env: REDLOCK_SENTINEL, the
-    /// Sentinels separated by commas].
+    /// HOST or HOST:PORT (port 26379 when omitted), or a URL with the Sentinel's own
+    /// credentials and TLS: redis://USER:PASSWORD@HOST:PORT (all but the host optional), or
+    /// rediss://… Repeat it. --redis-url then only gives the master's scheme, credentials and
+    /// database [env: REDLOCK_SENTINEL, the Sentinels separated by commas].
     #[arg(long, value_name = "HOST[:PORT]|URL", help_heading = "Redis connection")]
     pub sentinel: Vec<String>,
 

@@ -502,7 +502,7 @@ fn redis_config(
 pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 pub const DEFAULT_SOURCE: &str = "the default";
 
-/// A Sentinel as given, as a URL: `redis://HOST:PORT` for HOST[:PORT], `redis://…` and
+/// A Sentinel as given, as a URL: `redis://HOST:PORT` for `HOST[:PORT]`, `redis://…` and
 /// `rediss://…` as they are, with Sentinel's own port, 26379, wherever none is given (where a
 /// Redis URL would mean 6379), and the host in lowercase (see `lock::url::lowercase_host`).
 /// `USER:PASSWORD@HOST[:PORT]` without a scheme is taken as `redis://`.
