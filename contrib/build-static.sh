@@ -25,9 +25,14 @@ command -v musl-gcc >/dev/null || fail "musl-gcc is missing: apt-get install mus
 
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 remap="--remap-path-prefix=$PWD=/build/redlock-run --remap-path-prefix=$cargo_home=/cargo"
-export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
+# RUSTFLAGS, when set, overrides the per-target flags: add the remapping to whichever counts.
+if [ -n "${RUSTFLAGS:-}" ]; then
+  export RUSTFLAGS="$RUSTFLAGS $remap"
+else
+  export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
+fi
 cargo build --release --locked --target "$target"
-bin=target/$target/release/redlock-run
+bin=${CARGO_TARGET_DIR:-target}/$target/release/redlock-run
 
 # Statically linked: no program interpreter, no shared library needed.
 if readelf -lW "$bin" | grep -q 'INTERP' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
