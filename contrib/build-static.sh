@@ -32,7 +32,10 @@ else
   export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
 fi
 cargo build --release --locked --target "$target"
-bin=${CARGO_TARGET_DIR:-target}/$target/release/redlock-run
+# Wherever cargo puts it (CARGO_TARGET_DIR, build.target-dir).
+target_dir=$(cargo metadata --locked --format-version 1 --no-deps |
+  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin=${target_dir:-target}/$target/release/redlock-run
 
 # Statically linked: no program interpreter, no shared library needed.
 if readelf -lW "$bin" | grep -q 'INTERP' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
