@@ -45,6 +45,42 @@ fn tls_redis(client_auth: bool) -> TlsRedis {
     TlsRedis { server, tls_port: tls_port.parse().unwrap(), certs }
 }
 
+/// Without --tls-ca-file the system's CA certificates are loaded; when they cannot be (an
+/// SSL_CERT_FILE that is missing or empty), that is a configuration error on this host (78),
+/// never an unreachable Redis that `--fail-open` would run the command unlocked for (found by
+/// an attacker: it did). With the bundle named, the same run verifies and takes the lock.
+#[test]
+fn system_ca_certificates_that_cannot_be_loaded_are_a_configuration_error() {
+    let t = tls_redis(false);
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let url = format!("rediss://127.0.0.1:{}", t.tls_port);
+    for bundle in ["/nonexistent/ca-bundle.crt", ""] {
+        let r = run(
+            wrapper()
+                .env("SSL_CERT_FILE", bundle)
+                .args(["--fail-open", "-k", "lock:tls", "--redis-url", &url, "--", "touch"])
+                .arg(&marker),
+            LIMIT,
+        );
+        assert_eq!(r.code, 78, "SSL_CERT_FILE={bundle:?}: {}", r.stderr);
+        assert!(r.stderr.contains("CA certificates"), "says why: {}", r.stderr);
+        assert!(!marker.exists(), "the command ran without the lock");
+    }
+    let r = run(
+        wrapper().env("SSL_CERT_FILE", t.certs.path().join("ca.crt")).args([
+            "-k",
+            "lock:tls",
+            "--redis-url",
+            &url,
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "the system's bundle, named by SSL_CERT_FILE: {}", r.stderr);
+}
+
 #[test]
 fn tls_works_with_the_ca_and_fails_fast_otherwise() {
     let t = tls_redis(false);

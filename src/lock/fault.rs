@@ -44,6 +44,12 @@ impl Fault {
         if let Some(tls) = tls_failure(err) {
             return Fault::Config(format!("TLS failed: {tls}"));
         }
+        if let Some(certs) = system_certificates_failure(err) {
+            return Fault::Config(format!(
+                "the system's CA certificates could not be loaded ({certs}): fix SSL_CERT_FILE or \
+                 SSL_CERT_DIR, or give --tls-ca-file"
+            ));
+        }
         // Out of descriptors or memory here says nothing about Redis: never "unreachable",
         // which `--fail-open` would take as leave to run the command without the lock.
         if io_error(err)
@@ -105,16 +111,25 @@ pub fn is_transient(code: &str) -> bool {
     matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
 }
 
-/// The I/O error behind a Redis error, if there is one. (redis-rs keeps it behind an
-/// `Arc<dyn Error>`.)
+/// The I/O error behind a Redis error, if there is one.
 fn io_error(err: &RedisError) -> Option<&std::io::Error> {
+    cause(err)?.downcast_ref::<std::io::Error>()
+}
+
+/// The error behind a Redis error (redis-rs keeps it behind an `Arc<dyn Error>`).
+fn cause(err: &RedisError) -> Option<&(dyn std::error::Error + 'static)> {
     type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
     let source = std::error::Error::source(err)?;
-    let inner: &(dyn std::error::Error + 'static) = match source.downcast_ref::<Shared>() {
+    Some(match source.downcast_ref::<Shared>() {
         Some(shared) => shared.as_ref(),
         None => source,
-    };
-    inner.downcast_ref::<std::io::Error>()
+    })
+}
+
+/// Loading the system's CA certificates failed (an SSL_CERT_FILE that cannot be read, say):
+/// redis-rs passes that on as an I/O error of its own kind.
+fn system_certificates_failure(err: &RedisError) -> Option<String> {
+    cause(err)?.downcast_ref::<rustls_native_certs::Error>().map(ToString::to_string)
 }
 
 /// The TLS error behind a Redis error, if that is what it is (the I/O error's payload).
