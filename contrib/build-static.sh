@@ -11,10 +11,14 @@
 #
 # Reproducible: the same commit and toolchain give the same bytes wherever the checkout and
 # the cargo home are (their paths are remapped), on any day (nothing records the build time).
+#
+# It refuses a checkout with uncommitted changes (the binary's --version names the commit, which
+# would not be what was built): commit them, or set ALLOW_DIRTY=1 for a build of your own.
 set -euo pipefail
+# OUT is taken from where the script is run; the build, from the checkout.
+out=$(realpath -m "${1:-dist}")
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-musl
-out=${1:-dist}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 name=redlock-run-$version-x86_64-linux-musl
 
@@ -22,11 +26,16 @@ fail() { echo "build-static: $*" >&2; exit 1; }
 rustup target list --installed 2>/dev/null | grep -qx "$target" ||
   fail "the $target target is missing: rustup target add $target"
 command -v musl-gcc >/dev/null || fail "musl-gcc is missing: apt-get install musl-tools"
+command -v readelf >/dev/null || fail "readelf is missing: apt-get install binutils"
+if [ -e .git ] && [ "${ALLOW_DIRTY:-}" != 1 ] && [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  fail "uncommitted changes (git status): commit them, or set ALLOW_DIRTY=1"
+fi
 
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 remap="--remap-path-prefix=$PWD=/build/redlock-run --remap-path-prefix=$cargo_home=/cargo"
-# RUSTFLAGS, when set, overrides the per-target flags: add the remapping to whichever counts.
-if [ -n "${RUSTFLAGS:-}" ]; then
+# RUSTFLAGS, when set (even empty), overrides the per-target flags: add the remapping to
+# whichever counts.
+if [ -n "${RUSTFLAGS+set}" ]; then
   export RUSTFLAGS="$RUSTFLAGS $remap"
 else
   export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
@@ -38,8 +47,10 @@ target_dir=$(cargo metadata --locked --format-version 1 --no-deps |
 bin=${target_dir:-target}/$target/release/redlock-run
 
 # Statically linked: no program interpreter, no shared library needed.
-if readelf -lW "$bin" | grep -q 'INTERP' || readelf -dW "$bin" | grep -q '(NEEDED)'; then
-  fail "$bin is not statically linked: $(file -b "$bin")"
+headers=$(readelf -lW "$bin") || fail "readelf -l $bin failed"
+dynamic=$(readelf -dW "$bin") || fail "readelf -d $bin failed"
+if grep -q 'INTERP' <<< "$headers" || grep -q '(NEEDED)' <<< "$dynamic"; then
+  fail "$bin is not statically linked"
 fi
 "$bin" --version >/dev/null || fail "$bin does not run"
 

@@ -7,8 +7,8 @@
 #
 #   contrib/test-deb.sh dist/redlock-run_VERSION-1_amd64.deb
 set -euo pipefail
+deb=$(realpath "$1")
 cd "$(dirname "$0")/.."
-deb=$1
 fail() { echo "test-deb: FAILED: $*" >&2; exit 1; }
 for tool in dpkg redis-server man bash; do
   command -v "$tool" >/dev/null || fail "$tool is needed"
@@ -20,7 +20,7 @@ if dpkg -s redlock-run >/dev/null 2>&1; then fail "redlock-run is installed alre
 work=$(mktemp -d)
 redis_pid=
 cleanup() {
-  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+  if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true; fi
   dpkg --purge redlock-run >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -62,7 +62,7 @@ redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$w
   --logfile "$work/redis.log" &
 redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$port" ping >/dev/null || fail "redis-server did not start"
+redis-cli -p "$port" ping >/dev/null || fail "redis-server did not start: $(tail -n 5 "$work/redis.log")"
 # The first cron recipe of README § Recipes, as written but for its metrics file, written into
 # this test's folder instead of node_exporter's; its job replaced by one that proves it ran
 # under the lock.

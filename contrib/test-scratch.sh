@@ -16,7 +16,7 @@ work=$(mktemp -d)
 root=$work/root
 redis_pid=
 cleanup() {
-  [ -n "$redis_pid" ] && kill "$redis_pid" 2>/dev/null || true
+  if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null && wait "$redis_pid" 2>/dev/null || true; fi
   umount "$root/proc" 2>/dev/null || true
   rm -rf "$work"
 }
@@ -36,7 +36,7 @@ redis-server --port "$port" --tls-port "$tls_port" --bind 127.0.0.1 --save '' --
   --tls-ca-cert-file ca.crt --tls-auth-clients no &
 redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
-redis-cli -p "$port" ping >/dev/null || fail "redis-server did not start"
+redis-cli -p "$port" ping >/dev/null || fail "redis-server did not start: $(tail -n 5 "$work/redis.log")"
 
 # The image: the binary, the CA bundle, nothing else (and /proc, which the runtime mounts).
 mkdir -p "$root/etc/ssl/certs" "$root/proc"
@@ -46,7 +46,8 @@ mount -t proc proc "$root/proc"
 echo "--- the image's files"
 (cd "$root" && find . -path ./proc -prune -o -type f -print)
 
-run() { chroot "$root" /redlock-run "$@"; }
+# An image has none of this host's environment (SSL_CERT_FILE, REDLOCK_*, …).
+run() { env -i chroot "$root" /redlock-run "$@"; }
 echo "--- plaintext"
 run --redis-url "redis://127.0.0.1:$port" --key lock:scratch -- /redlock-run --version
 echo "--- TLS, verified against the image's CA bundle"
