@@ -47,7 +47,8 @@ echo "--- the image's files"
 (cd "$root" && find . -path ./proc -prune -o -type f -print)
 
 # An image has none of this host's environment (SSL_CERT_FILE, REDLOCK_*, …).
-run() { env -i chroot "$root" /redlock-run "$@"; }
+chroot=$(command -v chroot)
+run() { env -i "$chroot" "$root" /redlock-run "$@"; }
 echo "--- plaintext"
 run --redis-url "redis://127.0.0.1:$port" --key lock:scratch -- /redlock-run --version
 echo "--- TLS, verified against the image's CA bundle"
