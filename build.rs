@@ -24,17 +24,27 @@ fn main() {
     };
     println!("cargo:rustc-env=REDLOCK_RUN_BUILD={build}");
     // A new commit changes the version line: watch HEAD and the branch it points to (outside a
-    // plain checkout, nothing).
-    let head = std::fs::read_to_string(".git/HEAD").unwrap_or_default();
-    let branch = head.strip_prefix("ref: ").map(|r| format!(".git/{}", r.trim()));
-    for path in
-        [Some(".git/HEAD".to_owned()), branch, Some(".git/packed-refs".to_owned())].into_iter().flatten()
-    {
+    // checkout, nothing). Git says where they are: in a worktree `.git` is a file, HEAD lives in
+    // the worktree's own git dir and the branches in the main one.
+    let head_path = git_path("HEAD").unwrap_or_else(|| ".git/HEAD".to_owned());
+    let head = std::fs::read_to_string(&head_path).unwrap_or_default();
+    let branch = head.strip_prefix("ref: ").and_then(|r| git_path(r.trim()));
+    for path in [Some(head_path), branch, git_path("packed-refs")].into_iter().flatten() {
         if std::path::Path::new(&path).exists() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+}
+
+/// Where git keeps `path` for this checkout (`git rev-parse --git-path`), when this is one.
+fn git_path(path: &str) -> Option<String> {
+    if !std::path::Path::new(".git").exists() {
+        return None;
+    }
+    let out = Command::new("git").args(["rev-parse", "--git-path", path]).output().ok()?;
+    let found = String::from_utf8(out.stdout).ok().filter(|_| out.status.success())?;
+    Some(found.trim().to_owned()).filter(|p| !p.is_empty())
 }
 
 /// The commit in `.cargo_vcs_info.json` (`"sha1": "…"`), written by `cargo package`.
