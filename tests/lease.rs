@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
@@ -15,6 +15,25 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// A command that writes its pid (= its process group) to `$PIDFILE` and then runs `body`.
 fn recorded(body: &str) -> [String; 3] {
     ["sh".into(), "-c".into(), format!("echo $$ > \"$PIDFILE\"; {body}")]
+}
+
+/// Starts a wrapper with `flags` (then `--`) around a `recorded` command, stderr discarded;
+/// returns it and the pid the command wrote.
+fn spawn_recorded(
+    redis: &RedisServer,
+    flags: &[&str],
+    body: &str,
+    pidfile: &std::path::Path,
+) -> (Child, i32) {
+    let wrapper = redlock(redis)
+        .args(flags)
+        .arg("--")
+        .args(recorded(body))
+        .env("PIDFILE", pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    (wrapper, recorded_pid(pidfile))
 }
 
 /// The pid a `recorded` command wrote (waited for up to 5 s).
@@ -266,13 +285,8 @@ fn the_command_dies_with_the_wrapper_and_the_key_expires() {
     let pidfile = file(&dir, "pid");
     // A background job too: the parent-death signal reaches only the command itself; the
     // guardian takes care of the rest of its group.
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:orphan", "--ttl", "2s", "--"])
-        .args(recorded("sleep 100 & exec sleep 100"))
-        .env("PIDFILE", &pidfile)
-        .spawn()
-        .expect("spawn");
-    let pid: i32 = recorded_pid(&pidfile);
+    let (mut wrapper, pid) =
+        spawn_recorded(&redis, &["-k", "lock:orphan", "--ttl", "2s"], "sleep 100 & exec sleep 100", &pidfile);
     assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
@@ -295,14 +309,8 @@ fn a_paused_wrapper_kills_the_command_as_soon_as_it_wakes() {
     let redis = RedisServer::start();
     let dir = tmp();
     let pidfile = file(&dir, "pid");
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:paused", "--ttl", "1s", "--"])
-        .args(recorded("exec sleep 100"))
-        .env("PIDFILE", &pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let pid: i32 = recorded_pid(&pidfile);
+    let (mut wrapper, pid) =
+        spawn_recorded(&redis, &["-k", "lock:paused", "--ttl", "1s"], "exec sleep 100", &pidfile);
     let wrapper_pid = Pid::from_raw(wrapper.id() as i32);
     kill(wrapper_pid, Signal::SIGSTOP).unwrap();
     std::thread::sleep(Duration::from_secs(2));
@@ -447,14 +455,12 @@ fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plu
     let (pidfile, b_started) = (file(&dir, "pid"), file(&dir, "b-started"));
     // A's command ignores SIGTERM (and so does everything it starts): only SIGKILL, --kill-grace
     // after the SIGTERM, ends it. --ttl 3s: --renew-every 1s, --kill-grace 500ms.
-    let mut a = redlock(&redis)
-        .args(["-k", "lock:overlap", "--ttl", "3s", "--"])
-        .args(recorded("trap '' TERM; while :; do sleep 0.05; done"))
-        .env("PIDFILE", &pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let pgid: i32 = recorded_pid(&pidfile);
+    let (mut a, pgid) = spawn_recorded(
+        &redis,
+        &["-k", "lock:overlap", "--ttl", "3s"],
+        "trap '' TERM; while :; do sleep 0.05; done",
+        &pidfile,
+    );
     let mut b = redlock(&redis)
         .args(["-k", "lock:overlap", "--ttl", "3s", "--wait", "20s", "--", "sh", "-c"])
         .arg("date +%s%N > \"$STARTED\"; sleep 1")
@@ -603,14 +609,12 @@ fn the_guardian_outlives_signals_meant_for_every_wrapper() {
     let pidfile = file(&dir, "pid");
     // The command ignores SIGTERM and has a background job: only the guardian can end that job
     // once the wrapper is SIGKILLed.
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:pkill", "--ttl", "60s", "--kill-grace", "30s", "--"])
-        .args(recorded("trap '' TERM; sleep 100 & while :; do sleep 0.1; done"))
-        .env("PIDFILE", &pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let pgid: i32 = recorded_pid(&pidfile);
+    let (mut wrapper, pgid) = spawn_recorded(
+        &redis,
+        &["-k", "lock:pkill", "--ttl", "60s", "--kill-grace", "30s"],
+        "trap '' TERM; sleep 100 & while :; do sleep 0.1; done",
+        &pidfile,
+    );
     let guardian = find_guardian(wrapper.id(), pgid).expect("found the guardian");
     for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGINT] {
         kill(Pid::from_raw(guardian), sig).unwrap();
@@ -634,14 +638,8 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
     let redis = RedisServer::start();
     let dir = tmp();
     let pidfile = file(&dir, "pid");
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:pdeathsig", "--ttl", "2s", "--"])
-        .args(recorded("exec sleep 100"))
-        .env("PIDFILE", &pidfile)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let pid: i32 = recorded_pid(&pidfile);
+    let (mut wrapper, pid) =
+        spawn_recorded(&redis, &["-k", "lock:pdeathsig", "--ttl", "2s"], "exec sleep 100", &pidfile);
     let guardian = find_guardian(wrapper.id(), pid).expect("found the guardian");
     kill(Pid::from_raw(guardian), Signal::SIGKILL).unwrap();
     wrapper.kill().unwrap();

@@ -18,19 +18,21 @@ const LIMIT_SHORT: Duration = Duration::from_secs(30);
 /// Gives every data node of `set` the user `locker` with [`MASTER_PASSWORD`] (ACLs are not
 /// replicated), for the wrapper; the Sentinels and the fixtures keep the default user.
 fn add_locker(set: &SentinelSet) {
-    for node in set.nodes() {
-        let ok: String = node.cmd(&[
-            b"ACL",
-            b"SETUSER",
-            b"locker",
-            b"on",
-            format!(">{MASTER_PASSWORD}").as_bytes(),
-            b"~*",
-            b"&*",
-            b"+@all",
-        ]);
-        assert_eq!(ok, "OK");
-    }
+    set.nodes().for_each(add_locker_to);
+}
+
+fn add_locker_to(node: &RedisServer) {
+    let ok: String = node.cmd(&[
+        b"ACL",
+        b"SETUSER",
+        b"locker",
+        b"on",
+        format!(">{MASTER_PASSWORD}").as_bytes(),
+        b"~*",
+        b"&*",
+        b"+@all",
+    ]);
+    assert_eq!(ok, "OK");
 }
 
 /// The wrapper's options to reach the master of a set whose Sentinels want
@@ -254,17 +256,7 @@ fn a_non_redis_sentinel_or_an_unknown_master_never_fails_open() {
 /// A lone Sentinel with `requirepass` watching a master that has the user `locker`.
 fn secured_sentinel() -> (RedisServer, Sentinel) {
     let redis = RedisServer::start();
-    let ok: String = redis.cmd(&[
-        b"ACL",
-        b"SETUSER",
-        b"locker",
-        b"on",
-        format!(">{MASTER_PASSWORD}").as_bytes(),
-        b"~*",
-        b"&*",
-        b"+@all",
-    ]);
-    assert_eq!(ok, "OK");
+    add_locker_to(&redis);
     let setup = Setup { password: Some(SENTINEL_PASSWORD.to_owned()), ..Setup::default() };
     let watch =
         Watch { quorum: 1, down_after: Duration::from_secs(5), failover_timeout: Duration::from_secs(10) };
@@ -387,19 +379,9 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     support::tls::make_certs(certs.path());
     let path = |f: &str| certs.path().join(f).display().to_string();
     let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-    let master_tls = free_port().to_string();
-    let redis = RedisServer::start_with(&[
-        "--tls-port",
-        &master_tls,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        "no",
-    ]);
+    let master_tls = free_port();
+    let args = support::tls::server_args(certs.path(), master_tls, false);
+    let redis = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let sentinel_tls = free_port();
     let setup = Setup {
         password: Some(SENTINEL_PASSWORD.to_owned()),
@@ -411,7 +393,7 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     let watch =
         Watch { quorum: 1, down_after: Duration::from_secs(5), failover_timeout: Duration::from_secs(10) };
     // The Sentinel watches the master's TLS port, so that is the address it names.
-    let sentinel = Sentinel::start_setup(master_tls.parse().unwrap(), watch, &setup);
+    let sentinel = Sentinel::start_setup(master_tls, watch, &setup);
     let known = wait_until(Duration::from_secs(10), || {
         let flags: Option<Vec<String>> =
             sentinel.query(redis::cmd("SENTINEL").arg("master").arg(support::sentinel::MASTER_NAME));

@@ -22,27 +22,12 @@ struct TlsRedis {
 fn tls_redis(client_auth: bool) -> TlsRedis {
     let certs = tmp();
     make_certs(certs.path());
-    let tls_port = free_port().to_string();
-    let path = |f: &str| certs.path().join(f).display().to_string();
-    let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
-    let auth = if client_auth { "yes" } else { "no" };
+    let tls_port = free_port();
     // The plaintext port stays open for the fixture's readiness check.
-    let server = RedisServer::start_with(&[
-        "--tls-port",
-        &tls_port,
-        "--tls-cert-file",
-        &cert,
-        "--tls-key-file",
-        &key,
-        "--tls-ca-cert-file",
-        &ca,
-        "--tls-auth-clients",
-        auth,
-        "--bind",
-        "127.0.0.1",
-        "127.0.0.2",
-    ]);
-    TlsRedis { server, tls_port: tls_port.parse().unwrap(), certs }
+    let mut args = support::tls::server_args(certs.path(), tls_port, client_auth);
+    args.extend(["--bind", "127.0.0.1", "127.0.0.2"].map(String::from));
+    let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    TlsRedis { server, tls_port, certs }
 }
 
 /// Without --tls-ca-file the system's CA certificates are loaded; when they cannot be (an

@@ -12,42 +12,16 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA, a server certificate for localhost/127.0.0.1 and a client certificate, all from the CA;
 /// and a second, unrelated CA.
 pub fn make_certs(dir: &Path) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=test-ca",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "other.key",
-            "-out",
-            "other-ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=other-ca",
-        ],
-    );
+    for (key, cert, name) in [("ca.key", "ca.crt", "test-ca"), ("other.key", "other-ca.crt", "other-ca")] {
+        let subject = format!("/CN={name}");
+        openssl(
+            dir,
+            &[
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "2",
+                "-subj", &subject,
+            ],
+        );
+    }
     std::fs::write(dir.join("san.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
     for name in ["server", "client"] {
         openssl(
@@ -86,4 +60,23 @@ pub fn make_certs(dir: &Path) {
             ],
         );
     }
+}
+
+/// The options of a `redis-server` that also listens with TLS on `tls_port`, with the server
+/// certificate of [`make_certs`] in `dir`; clients need a certificate when `client_auth`.
+pub fn server_args(dir: &Path, tls_port: u16, client_auth: bool) -> Vec<String> {
+    let path = |f: &str| dir.join(f).display().to_string();
+    [
+        "--tls-port".to_owned(),
+        tls_port.to_string(),
+        "--tls-cert-file".to_owned(),
+        path("server.crt"),
+        "--tls-key-file".to_owned(),
+        path("server.key"),
+        "--tls-ca-cert-file".to_owned(),
+        path("ca.crt"),
+        "--tls-auth-clients".to_owned(),
+        (if client_auth { "yes" } else { "no" }).to_owned(),
+    ]
+    .into()
 }
