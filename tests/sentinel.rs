@@ -644,3 +644,21 @@ fn sentinel_addresses_are_taken_as_given() {
     let r = attempt(&["--sentinel".into(), s1.addr(), "--sentinel".into(), s1.addr()], &[]);
     assert_eq!(r.code, 64, "the same Sentinel twice: {}", r.stderr);
 }
+
+/// README: when another Sentinel names the master, a mistaken one does not fail the run: it
+/// goes on, with a warning naming the Sentinel that got it wrong.
+#[test]
+fn a_mistaken_sentinel_beside_a_good_one_is_warned_about() {
+    let redis = RedisServer::start();
+    let (good, plain) = (Sentinel::start(redis.port), RedisServer::start());
+    for order in [[plain.url(), good.addr()], [good.addr(), plain.url()]] {
+        let r = run(
+            wrapper()
+                .args(["--sentinel", &order[0], "--sentinel", &order[1], "--sentinel-master", "main"])
+                .args(["-k", "lock:mixed", "--", "true"]),
+            LIMIT_SHORT,
+        );
+        assert_eq!(r.code, 0, "{order:?}: {}", r.stderr);
+        assert!(r.stderr.contains("is not a Sentinel"), "{order:?}: warned: {}", r.stderr);
+    }
+}
