@@ -262,14 +262,14 @@ impl Conn {
                 }
                 Topology::Sentinel { master, .. } => {
                     let limit = self.connect_timeout + self.command_timeout;
-                    let sentinels = self.sentinels.clone();
+                    let sentinels = &self.sentinels;
                     let watcher =
-                        self.watcher.get_or_insert_with(|| Watcher::start(&sentinels, &master, limit));
+                        self.watcher.get_or_insert_with(|| Watcher::start(sentinels, &master, limit));
                     // Listening before asking: a switch from here on makes this link stale.
                     watcher.covered(limit).await;
                     self.link_epoch = watcher.epoch();
                     let demoted = watcher.demoted();
-                    let (host, port) = self.discover(&sentinels, &master, demoted.as_ref()).await?;
+                    let (host, port) = self.discover(&self.sentinels, &master, demoted.as_ref()).await?;
                     let addr = url::lowercase_host(match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
                             ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
