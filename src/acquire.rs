@@ -8,8 +8,9 @@ use redis::aio::PubSubStream;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::config::{Config, KILL_AHEAD};
+use crate::config::{Config, KILL_AHEAD, MIN_SLACK};
 use crate::exit::Error;
+use crate::lock::keys::GRANT_SUFFIX;
 use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
 use crate::sys::Guardian;
@@ -31,6 +32,9 @@ pub enum Outcome {
         lease: Lease,
         /// This run's place in the queue when it joined (1 = next), if it had to queue.
         queue_position: Option<u64>,
+        /// A release handed the lock over: the lease is short until the first renewal, which
+        /// must go out at once.
+        handed_over: bool,
     },
     /// `--idempotency-key`: a run with this ID already succeeded.
     AlreadyDone { record: Vec<u8> },
@@ -60,6 +64,7 @@ pub async fn acquire(
     let mut answered = false;
 
     loop {
+        let attempt_sent = Instant::now();
         let attempt = async {
             // Subscribed before the attempt, so a release right after it is not missed.
             if !config.wait.is_zero() && releases.is_none() {
@@ -85,7 +90,7 @@ pub async fn acquire(
             Ok(Acquired::Yes { fences, lease })
                 if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
             {
-                return Ok(Outcome::Acquired { fences, lease, queue_position });
+                return Ok(Outcome::Acquired { fences, lease, queue_position, handed_over: false });
             }
             Ok(Acquired::Yes { .. }) => {
                 let _ = lock.release(Duration::ZERO, false).await;
@@ -128,12 +133,28 @@ pub async fn acquire(
                 );
                 tokio::select! {
                     () = sleep_until((now + retry_in).min(wait_until)) => {}
-                    announced = next_release(&mut releases) => {
-                        if !announced {
-                            // The subscription ended; subscribe again before the next attempt.
-                            releases = None;
+                    wake = next_wake(&mut releases) => match wake {
+                        // The subscription ended; subscribe again before the next attempt.
+                        Wake::Ended => releases = None,
+                        Wake::Turn => {}
+                        Wake::HandedOver { fence, grant } => {
+                            // Handed over after Redis answered this attempt "busy": a lease
+                            // counted from before it is never too long.
+                            let lease = Lease::handed(attempt_sent, grant, config.ttl);
+                            if lock.handed_over_since_last_attempt(fence)
+                                && lease.remaining(Instant::now()) > config.kill_grace.max(KILL_AHEAD) + MIN_SLACK
+                            {
+                                return Ok(Outcome::Acquired {
+                                    fences: vec![fence],
+                                    lease,
+                                    queue_position,
+                                    handed_over: true,
+                                });
+                            }
+                            // Too little of it is certainly left: the next attempt finds the
+                            // lock holding this run's value and confirms it for the full TTL.
                         }
-                    }
+                    },
                     sig = signals.recv_before_start() => {
                         leave(lock, queued).await;
                         return Err(Error::interrupted(sig));
@@ -213,13 +234,36 @@ async fn leave(lock: &mut Lock, queued: bool) {
     }
 }
 
-/// Resolves when a release is announced (`true`) or the subscription ends (`false`); never
-/// without a subscription.
-async fn next_release(releases: &mut Option<PubSubStream>) -> bool {
-    match releases {
-        Some(stream) => stream.next().await.is_some(),
-        None => std::future::pending().await,
+/// What woke a waiter.
+enum Wake {
+    /// The subscription ended.
+    Ended,
+    /// A release was announced, or this run's turn in the queue came: try again.
+    Turn,
+    /// A release took the lock for this run, with this fence, for `grant` (`scripts::RELEASE`).
+    HandedOver { fence: i64, grant: Duration },
+}
+
+/// Resolves with the next message or the end of the subscription; never without one.
+async fn next_wake(releases: &mut Option<PubSubStream>) -> Wake {
+    let Some(stream) = releases else {
+        return std::future::pending().await;
+    };
+    match stream.next().await {
+        None => Wake::Ended,
+        Some(msg) => handed_over(&msg).map_or(Wake::Turn, |(fence, grant)| Wake::HandedOver { fence, grant }),
     }
+}
+
+/// `<fence> <grant ms>` on this run's grant channel; anything else is a turn to try again.
+fn handed_over(msg: &redis::Msg) -> Option<(i64, Duration)> {
+    let channel: Vec<u8> = msg.get_channel().ok()?;
+    if !channel.ends_with(GRANT_SUFFIX) {
+        return None;
+    }
+    let (fence, ms) = std::str::from_utf8(msg.get_payload_bytes()).ok()?.split_once(' ')?;
+    let grant = Duration::from_millis(ms.parse().ok()?);
+    Some((fence.parse().ok()?, grant))
 }
 
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with

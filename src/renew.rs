@@ -30,15 +30,19 @@ pub struct Renewer {
 }
 
 impl Renewer {
+    /// `confirm_now`: the first renewal goes out at once (a lock handed over by a release,
+    /// whose lease is short until then), else `every` after `acquired`.
     pub fn start(
         lock: Lock,
         lease: Lease,
         acquired: Instant,
         every: Duration,
+        confirm_now: bool,
     ) -> (Renewer, mpsc::UnboundedReceiver<LeaseEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(renew_loop(lock, lease, acquired + every, every, events, stopped));
+        let first = if confirm_now { acquired } else { acquired + every };
+        let task = tokio::spawn(renew_loop(lock, lease, first, every, events, stopped));
         (Renewer { stop, task }, rx)
     }
 

@@ -9,9 +9,9 @@ use tokio::time::Instant;
 
 use crate::acquire::{Outcome, acquire};
 use crate::child::{Child, LockEnv};
-use crate::config::Config;
+use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
-use crate::lock::{Conn, Lock, Success};
+use crate::lock::{Conn, HANDOVER_SLACK, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
 use crate::renew::Renewer;
@@ -54,6 +54,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     }
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
+    lock.hand_over_for((config.kill_grace.max(KILL_AHEAD) + HANDOVER_SLACK).min(config.ttl));
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();
     // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
@@ -63,10 +64,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let mut guardian = None;
     let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
     report.acquire_wait = Some(wait_started.elapsed());
-    let (fences, lease) = match outcome? {
-        Outcome::Acquired { fences, lease, queue_position } => {
+    let (fences, lease, handed_over) = match outcome? {
+        Outcome::Acquired { fences, lease, queue_position, handed_over } => {
             report.queue_position = queue_position;
-            (fences, lease)
+            (fences, lease, handed_over)
         }
         Outcome::AlreadyDone { record } => {
             let done = already_done(config, &record);
@@ -87,6 +88,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         token = lock.token_prefix(),
         kind = config.kind.name(),
         wait_ms = (acquired - wait_started).as_millis() as u64,
+        handed_over = handed_over.then_some(true),
         "acquired"
     );
 
@@ -107,7 +109,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
     };
 
-    let (renewer, mut events) = Renewer::start(lock, lease, acquired, config.renew_every);
+    let (renewer, mut events) = Renewer::start(lock, lease, acquired, config.renew_every, handed_over);
     let held = Held { lease, events: &mut events };
     let ended = supervise(&mut child, Some(held), &mut signals, config, acquired).await;
     let mut lock = renewer.stop().await;

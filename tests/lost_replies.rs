@@ -99,12 +99,12 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    // A queued waiter listens on a wake-up channel of its own.
+    // A queued waiter listens on a wake-up channel of its own, and on one for a lock handed over.
     let channels = format!("{{{key}}}:wake:*");
     assert!(
         wait_until(Duration::from_secs(5), || {
             let found: Vec<String> = redis.cmd(&[b"PUBSUB", b"CHANNELS", channels.as_bytes()]);
-            found.len() == 1
+            found.len() == 2
         }),
         "the waiter subscribed"
     );

@@ -1,7 +1,9 @@
 //! The fair queue (README § Waiting, outages and once-per-day): waiters on one Redis run in
 //! the order they joined, a run that does not wait is busy while any is queued, a waiter that
 //! dies delays the rest by a bounded time, one that gives up leaves at once, and a handoff
-//! costs a constant number of requests whatever the queue's length.
+//! costs a constant number of requests whatever the queue's length. A release hands the lock
+//! straight to the first waiter that can take it so; one that cannot use it in time (frozen)
+//! holds up the queue briefly and never runs beside the next holder.
 
 mod support;
 
@@ -148,20 +150,202 @@ fn a_run_that_does_not_wait_is_busy_while_waiters_are_queued_even_if_the_lock_is
     let dir = tmp();
     let (go, out) = (file(&dir, "go"), file(&dir, "out"));
     let mut holder = holder(&redis, "lock:handoff", &go);
-    let mut queued = queue_up(&redis, "lock:handoff", 1, &out);
+    // A waiter that checks a success record first is not handed the lock: it is woken, and the
+    // lock is free until it takes it.
+    let mut queued = vec![waiter(&redis, "lock:handoff", 1, &out, &["--idempotency-key", "job-1"])];
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, "lock:handoff") == 1), "queued");
     // The waiter cannot take its turn for a moment: the lock is free, the queue is not.
-    let pid = Pid::from_raw(queued[0].id() as i32);
-    kill(pid, Signal::SIGSTOP).unwrap();
+    let mut stopped = Stopped(Vec::new());
+    stopped.stop(queued[0].id());
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
     assert!(!redis.exists(b"lock:handoff"));
     let skip = run(redlock(&redis).args(["-k", "lock:handoff", "--", "true"]), LIMIT);
-    kill(pid, Signal::SIGCONT).unwrap();
+    drop(stopped);
     assert_eq!(skip.code, 75, "{}", skip.stderr);
     assert!(skip.stderr.contains("free, but runs are queued for it"), "{}", skip.stderr);
     let o = wait_output(queued.remove(0), LIMIT);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(runs(&out).len(), 1);
+}
+
+/// Processes stopped with SIGSTOP, continued when this goes out of scope (a failing assertion
+/// included): none is left stopped behind.
+struct Stopped(Vec<Pid>);
+
+impl Stopped {
+    fn stop(&mut self, pid: u32) {
+        let pid = Pid::from_raw(pid as i32);
+        kill(pid, Signal::SIGSTOP).unwrap();
+        self.0.push(pid);
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = kill(*pid, Signal::SIGCONT);
+        }
+    }
+}
+
+/// The fields of the lock's value: token, host, pid, start.
+fn holder_pid(redis: &RedisServer, key: &str) -> Option<u32> {
+    redis_value(redis, key)?.split(' ').nth(2)?.parse().ok()
+}
+
+#[test]
+fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:handover";
+    let mut holder = holder(&redis, key, &go);
+    let w = redlock(&redis)
+        .args(["-k", key, "--ttl", "20s", "--wait", "50s", "-v", "--", "sh", "-c"])
+        .arg("echo \"$REDLOCK_FENCE\" > \"$OUT\"; sleep 0.5")
+        .env("OUT", &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
+    // Frozen for a moment: the release hands the lock over all the same, and a run that does
+    // not wait finds it held by the waiter.
+    let mut stopped = Stopped(Vec::new());
+    stopped.stop(w.id());
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    assert_eq!(holder_pid(&redis, key), Some(w.id()), "handed over to the waiter");
+    assert_eq!(queue_len(&redis, key), 0, "and out of the queue");
+    let pttl: i64 = redis.cmd(&[b"PTTL", key.as_bytes()]);
+    assert!(pttl > 0 && pttl <= 6_000, "taken for kill-grace (5s) + 1s, not a whole TTL: {pttl} ms");
+    let skip = run(redlock(&redis).args(["-k", key, "--", "true"]), LIMIT);
+    assert_eq!(skip.code, 75, "{}", skip.stderr);
+    assert!(skip.stderr.contains(&format!("(pid {})", w.id())), "{}", skip.stderr);
+    // Continued in time: it runs with the fence it was handed, and confirms its own TTL at once.
+    drop(stopped);
+    let fence = read_when_present(&out, LIMIT);
+    // The command starts first; the confirmation follows at once, within its 0.5 s.
+    let pttl = || redis.cmd::<i64>(&[b"PTTL", key.as_bytes()]);
+    assert!(
+        wait_until(Duration::from_millis(400), || pttl() > 15_000),
+        "extended to its --ttl 20s: {} ms",
+        pttl()
+    );
+    let o = wait_output(w, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("handed_over=true"), "{stderr}");
+    assert_eq!(stderr.matches("acquired").count(), 1, "{stderr}");
+    let counter: String = redis.cmd(&[b"GET", format!("{{{key}}}:fence").as_bytes()]);
+    assert_eq!(fence.trim(), counter, "the fence handed over is the counter's");
+}
+
+/// A lock handed over for less than the waiter needs (its kill-grace is longer than the
+/// holder's): the waiter confirms it for its own TTL before its command starts.
+#[test]
+fn a_lock_handed_over_for_less_than_the_waiters_kill_grace_is_confirmed_first() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:short-handover";
+    // Handed over for 1 s + 1 s; the waiter's kill-grace is 5 s (--ttl 30s).
+    let mut holder = redlock(&redis)
+        .args([
+            "-k",
+            key,
+            "--kill-grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e \"$GO\" ]; do sleep 0.01; done",
+        ])
+        .env("GO", &go)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
+    let w = redlock(&redis)
+        .args(["-k", key, "--wait", "50s", "-v", "--", "sh", "-c", "echo ran >> \"$OUT\"; sleep 0.5"])
+        .env("OUT", &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    let o = wait_output(w, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("handed_over"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "ran\n");
+}
+
+/// A waiter frozen for longer than the lock was handed over for: the next waiter takes the
+/// lapsed lock, and the frozen one, continued, never starts beside it (whether it first reads
+/// the stale message or first tries again). Three at once, for both orders.
+#[test]
+fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let mut stopped = Stopped(Vec::new());
+    let rounds: Vec<_> = (0..3)
+        .map(|r| {
+            let key = format!("lock:frozen:{r}");
+            let (go, out) = (file(&dir, &format!("go{r}")), file(&dir, &format!("out{r}")));
+            // The holder hands over for its kill-grace + 1 s = 2 s.
+            let mut holder = redlock(&redis)
+                .args(["-k", &key, "--kill-grace", "1s", "--", "sh", "-c"])
+                .arg("while [ ! -e \"$GO\" ]; do sleep 0.01; done; echo \"0 end $(date +%s%N)\" >> \"$OUT\"")
+                .env("GO", &go)
+                .env("OUT", &out)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn");
+            assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
+            let waiter = |i: usize| {
+                let w = redlock(&redis)
+                    .args(["-k", &key, "--kill-grace", "500ms", "--wait", "50s", "--", "sh", "-c"])
+                    .arg("echo \"$I start $(date +%s%N)\" >> \"$OUT\"; sleep 1; echo \"$I end $(date +%s%N)\" >> \"$OUT\"")
+                    .env("I", i.to_string())
+                    .env("OUT", &out)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn");
+                assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, &key) == i as u64));
+                w
+            };
+            let (w1, w2) = (waiter(1), waiter(2));
+            stopped.stop(w1.id());
+            std::fs::write(&go, "").unwrap();
+            assert!(wait_bounded(&mut holder, LIMIT).success());
+            (key, out, w1, w2)
+        })
+        .collect();
+    for (key, out, _, _) in &rounds {
+        let started =
+            |i: usize| std::fs::read_to_string(out).unwrap_or_default().contains(&format!("{i} start"));
+        assert!(wait_until(LIMIT, || started(2)), "{key}: the next waiter ran");
+    }
+    // Continued once every next waiter runs.
+    drop(stopped);
+    for (key, out, w1, w2) in rounds {
+        for w in [w2, w1] {
+            let o = wait_output(w, LIMIT);
+            assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let log = std::fs::read_to_string(&out).unwrap();
+        let at = |what: &str| -> i128 {
+            let line = log.lines().find(|l| l.starts_with(what)).unwrap_or_else(|| panic!("{what}: {log}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(at("1 start") > at("2 end"), "{key}: the frozen waiter ran beside the next: {log}");
+        let held_up = Duration::from_nanos((at("2 start") - at("0 end")) as u64);
+        eprintln!("{key}: the next waiter started {held_up:?} after the holder's end");
+        // Handed over for 2 s, then the next keep-alive (0.5 s), plus scheduling slack.
+        assert!(held_up < Duration::from_millis(2_000 + 500 + 1_500), "{key}: {held_up:?}");
+    }
 }
 
 #[test]

@@ -59,6 +59,14 @@ impl Keys {
         channel
     }
 
+    /// The channel on which the waiter with this token is told that a release handed the lock
+    /// over to it (`<fence> <ms>`: see `scripts::RELEASE`).
+    pub fn grant(&self, token: &str) -> Vec<u8> {
+        let mut channel = self.wake(token);
+        channel.extend_from_slice(GRANT_SUFFIX);
+        channel
+    }
+
     /// The success record of `--idempotency-key ID`.
     pub fn record(&self, id: &[u8]) -> Vec<u8> {
         let mut suffix = b":done:".to_vec();
@@ -66,6 +74,9 @@ impl Keys {
         derived(&self.prefix, &suffix)
     }
 }
+
+/// What ends a grant channel's name (after the wake channel's).
+pub const GRANT_SUFFIX: &[u8] = b":grant";
 
 fn derived(prefix: &[u8], suffix: &[u8]) -> Vec<u8> {
     let mut name = Vec::with_capacity(prefix.len() + suffix.len());

@@ -24,6 +24,13 @@ impl Lease {
         Lease { deadline: sent + ttl - drift(ttl), ttl }
     }
 
+    /// The lease of a lock a release handed over for `grant`, counted from `sent`, before a
+    /// request of this run that Redis answered before it handed over; renewals extend it to
+    /// `ttl`.
+    pub fn handed(sent: Instant, grant: Duration, ttl: Duration) -> Self {
+        Lease { deadline: sent + grant - drift(grant), ttl }
+    }
+
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -58,6 +65,15 @@ mod tests {
         let t0 = Instant::now();
         let lease = Lease::new(t0, Duration::from_secs(1));
         assert_eq!(lease.deadline(), t0 + Duration::from_millis(1000 - 10 - 2));
+    }
+
+    #[test]
+    fn a_handed_over_lease_ends_with_the_grant_and_renews_to_the_ttl() {
+        let t0 = Instant::now();
+        let mut lease = Lease::handed(t0, Duration::from_secs(2), Duration::from_secs(30));
+        assert_eq!(lease.deadline(), t0 + Duration::from_millis(2000 - 20 - 2));
+        assert!(lease.renewed(t0 + Duration::from_millis(5), t0 + Duration::from_millis(6)));
+        assert_eq!(lease.deadline(), t0 + Duration::from_millis(5 + 30_000 - 300 - 2));
     }
 
     #[test]

@@ -81,6 +81,13 @@ pub const QUEUE_ENTRY: Duration = Duration::from_millis(1500);
 /// lock that expired (its holder died) goes to the first waiter within this.
 pub const QUEUE_KEEPALIVE: Duration = Duration::from_millis(500);
 
+/// What a release that hands the lock over to a waiter adds to the holder's kill-grace, for
+/// how long it takes the lock for that waiter: room for the waiter's last attempt having gone
+/// out up to one keep-alive before, and for the confirmation that extends it to its own TTL.
+/// A waiter handed the lock that cannot use it (frozen, or its host gone without closing its
+/// connection) holds up the queue no longer than that.
+pub const HANDOVER_SLACK: Duration = Duration::from_secs(1);
+
 /// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
 pub fn quorum(n: usize) -> usize {
     n / 2 + 1
@@ -112,6 +119,11 @@ pub struct Lock {
     /// joins again with it and gets its place back.
     arrival: Option<u64>,
     kind: Kind,
+    /// How long a release of this run takes the lock for the first waiter it hands it over to
+    /// ([`Lock::hand_over_for`]); zero: never.
+    grant: Duration,
+    /// The first key's fence counter as the last busy answer found it (`None`: absent).
+    seen: Option<i64>,
 }
 
 /// What one node is asked for in an acquisition: the keys of one group.
@@ -136,12 +148,14 @@ enum NodeAcquired {
         same_id: bool,
         position: Option<u64>,
         arrival: Option<u64>,
+        seen: Option<i64>,
     },
     Queued {
         key: usize,
         first: Vec<u8>,
         position: Option<u64>,
         arrival: Option<u64>,
+        seen: Option<i64>,
     },
     Done(Vec<u8>),
 }
@@ -161,7 +175,38 @@ impl Lock {
         let value = Holder::this_process(kind)?.value();
         let cluster = nodes.len() == 1 && nodes[0].is_cluster();
         let groups = groups(&keys, cluster);
-        Ok(Lock { nodes, keys, groups, value, ttl, record, arrival: None, kind })
+        Ok(Lock {
+            nodes,
+            keys,
+            groups,
+            value,
+            ttl,
+            record,
+            arrival: None,
+            kind,
+            grant: Duration::ZERO,
+            seen: None,
+        })
+    }
+
+    /// A release hands the lock over to the first queued waiter that can take it that way,
+    /// for `grant` (it extends that at once to its own TTL): see `scripts::RELEASE`.
+    pub fn hand_over_for(&mut self, grant: Duration) {
+        self.grant = grant;
+    }
+
+    /// Whether a release can hand the lock over to this run while it waits: it queues, for
+    /// one key, exclusive, with no success record to check first.
+    pub fn takes_handover(&self) -> bool {
+        self.queues() && self.keys.len() == 1 && self.kind == Kind::Exclusive && self.record.is_none()
+    }
+
+    /// Whether a lock handed over with `fence` was handed over after the last attempt that
+    /// found the lock busy was answered (its fence is higher than the counter that attempt
+    /// found), and so may count its lease from before that attempt. One handed over earlier
+    /// has lapsed since: that attempt did not find this run holding it.
+    pub fn handed_over_since_last_attempt(&self, fence: i64) -> bool {
+        self.seen.is_none_or(|seen| fence > seen)
     }
 
     /// Whether waiters queue in arrival order: on one Redis (a single node, the Sentinels'
@@ -173,14 +218,18 @@ impl Lock {
     }
 
     /// Subscribes to what wakes a waiter, on the first node that accepts: its own turn in the
-    /// queue of any of its keys ([`Lock::queues`]), or else the announcement of each release.
+    /// queue of any of its keys ([`Lock::queues`]), or else the announcement of each release;
+    /// and the lock handed over to it ([`Lock::takes_handover`]).
     pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
         let token = self.token().to_owned();
-        let channels: Vec<Vec<u8>> = self
+        let mut channels: Vec<Vec<u8>> = self
             .keys
             .iter()
             .map(|k| if self.queues() { k.wake(&token) } else { k.released_channel.clone() })
             .collect();
+        if self.takes_handover() {
+            channels.push(self.keys[0].grant(&token));
+        }
         let mut last = Fault::Unavailable("no node to subscribe to".into());
         for node in &mut self.nodes {
             match node.subscribe(&channels).await {
@@ -281,7 +330,7 @@ impl Lock {
         let n = self.nodes.len();
         let quorum = quorum(n);
         let width = self.groups[g].len();
-        let Lock { nodes, keys, groups, value, ttl, record, arrival, kind } = self;
+        let Lock { nodes, keys, groups, value, ttl, record, arrival, kind, .. } = self;
         let ask = Ask {
             keys: groups[g].iter().map(|&i| &keys[i]).collect(),
             value: value.as_str(),
@@ -306,6 +355,8 @@ impl Lock {
         let mut queued = None;
         // This run's arrival number, when the (one) queueing node answered with it.
         let mut new_arrival = None;
+        // The first key's fence counter, as the busy answers found it.
+        let mut new_seen = None;
         let mut faults: Vec<Fault> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
@@ -316,12 +367,14 @@ impl Lock {
                         *f = (*f).max(g);
                     }
                 }
-                Ok(NodeAcquired::Busy { key, pttl, holder, holding, same_id, position, arrival }) => {
+                Ok(NodeAcquired::Busy { key, pttl, holder, holding, same_id, position, arrival, seen }) => {
                     new_arrival = new_arrival.or(arrival);
+                    new_seen = new_seen.max(seen);
                     busy.push(Acquired::Busy { key, pttl, holder, holding, same_id, position })
                 }
-                Ok(NodeAcquired::Queued { key, first, position, arrival }) => {
+                Ok(NodeAcquired::Queued { key, first, position, arrival, seen }) => {
                     new_arrival = new_arrival.or(arrival);
+                    new_seen = new_seen.max(seen);
                     queued = Some(Acquired::Queued { key, first, position })
                 }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
@@ -339,6 +392,7 @@ impl Lock {
         if new_arrival.is_some() {
             self.arrival = new_arrival;
         }
+        self.seen = new_seen;
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
             if n == 1 || self.raise_fences(g, &granted_by, &fences).await >= quorum {
@@ -477,14 +531,17 @@ impl Lock {
         keep: Duration,
         succeeded: bool,
     ) -> Result<Released, Fault> {
-        let Lock { nodes, keys, groups: all, value, record, .. } = self;
+        // Only a queue hands over.
+        let grant = if self.queues() { self.grant } else { Duration::ZERO };
+        let Lock { nodes, keys, groups: all, value, record, ttl, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
+        let release = Release { keep, announce, grant, fence_ttl: FENCE_TTL.max(*ttl * 2) };
         let scripts: Vec<_> = all[groups]
             .iter()
             .map(|group| {
                 let record = record.as_ref().filter(|_| succeeded && group.contains(&0));
-                release_script(group.iter().map(|&i| &keys[i]), value, keep, record, announce)
+                release_script(group.iter().map(|&i| &keys[i]), value, record, &release)
             })
             .collect();
         let scripts = &scripts;
@@ -588,6 +645,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
                 same_id: replies::int(reply.get(6)) == Some(1),
                 position: position(reply.get(3)),
                 arrival: position(reply.get(4)),
+                seen: replies::fence(reply.get(8)),
             })
         }
         Some(Value::Int(3)) => Ok(NodeAcquired::Queued {
@@ -595,6 +653,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
             first: replies::bytes(reply.get(1)).unwrap_or_default(),
             position: position(reply.get(2)),
             arrival: position(reply.get(3)),
+            seen: replies::fence(reply.get(5)),
         }),
         Some(Value::Int(2)) => Ok(NodeAcquired::Done(replies::bytes(reply.get(1)).unwrap_or_default())),
         Some(Value::Int(-1)) => {
@@ -682,25 +741,35 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
 }
 
 /// The release of `keys` (one group), for [`release_on`].
+/// How a release goes, besides the keys: `keep` (`--min-hold`), whether to announce it even
+/// where the lock was not ours (Redlock), how long to take the lock for a waiter it hands over
+/// to (zero: never), and the fence counter's TTL.
+struct Release {
+    keep: Duration,
+    announce: bool,
+    grant: Duration,
+    fence_ttl: Duration,
+}
+
 fn release_script<'k>(
     keys: impl Iterator<Item = &'k Keys> + Clone,
     value: &str,
-    keep: Duration,
     record: Option<&(Vec<u8>, Duration)>,
-    announce: bool,
+    how: &Release,
 ) -> scripts::Invocation {
     let mut script = scripts::RELEASE.prepare_invoke();
     for k in keys.clone() {
-        script.key(&k.lock).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
+        script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
     }
     if let Some((key, _)) = record {
         script.key(key);
     }
-    script.arg(value).arg(millis(keep)).arg(if announce { "1" } else { "0" });
+    script.arg(value).arg(millis(how.keep)).arg(if how.announce { "1" } else { "0" });
     match record {
         Some((_, ttl)) => script.arg(Success::now().value()).arg(millis(*ttl)),
         None => script.arg("").arg(0),
     };
+    script.arg(millis(how.grant)).arg(millis(how.fence_ttl));
     for k in keys {
         script.arg(&k.released_channel).arg(&k.wake_prefix);
     }

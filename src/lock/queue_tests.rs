@@ -7,12 +7,17 @@
 //! the lifetime as an argument), and the rules about liveness are checked only outside a
 //! margin around each entry's end, where the local and the server clock could disagree.
 //!
+//! Some exclusive waiters listen on their grant channels, as a run that can take a lock handed
+//! over does; a release hands the free lock to the first live waiter when that one listens.
+//!
 //! Invariants checked after every step:
 //! - the lock is granted only when it was free;
 //! - a run is granted the lock only if no live waiter joined before it (a run that does not
 //!   queue: no live waiter at all), so waiters are served in arrival order and a run that does
 //!   not wait never jumps the queue;
 //! - the first live waiter is granted a free lock when it asks (no one else can take it);
+//! - a release hands the lock over only to the first live waiter, exclusive and listening, and
+//!   always does when that one is certainly live; otherwise it leaves the lock free;
 //! - arrival numbers increase with each new waiter, and a waiter that joins again keeps its own.
 
 use std::process::{Child, Command, Stdio};
@@ -31,6 +36,7 @@ const WAITERS: usize = 5;
 
 struct Server {
     process: Child,
+    port: u16,
     conn: redis::Connection,
     _dir: tempfile::TempDir,
 }
@@ -63,7 +69,7 @@ impl Server {
                 if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
                     && redis::cmd("PING").query::<String>(&mut conn).is_ok()
                 {
-                    return Server { process, conn, _dir: dir };
+                    return Server { process, port, conn, _dir: dir };
                 }
                 if process.try_wait().ok().flatten().is_some() {
                     break; // the port was taken meanwhile: another one
@@ -74,6 +80,12 @@ impl Server {
             let _ = process.wait();
         }
         panic!("could not start redis-server");
+    }
+}
+
+impl Server {
+    fn conn_addr(&self) -> (std::net::Ipv4Addr, u16) {
+        (std::net::Ipv4Addr::LOCALHOST, self.port)
     }
 }
 
@@ -193,10 +205,58 @@ fn free(kind: Kind, holding: &[usize], kinds: &[Kind]) -> Option<usize> {
     }
 }
 
-fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
+/// What a release is asked to do besides the keys: hand over for this long, the fence TTL.
+const GRANT_MS: u64 = 60_000;
+
+/// Subscribes a connection of its own to waiter `w`'s grant channel (the SUBSCRIBE confirmed,
+/// so that a release after this finds it listening).
+fn listen(server: &Server, keys: &Keys, w: usize) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let addr = server.conn_addr();
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let channel = keys.grant(&format!("token{w}"));
+    let mut cmd = format!("*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n", channel.len()).into_bytes();
+    cmd.extend_from_slice(&channel);
+    cmd.extend_from_slice(b"\r\n");
+    stream.write_all(&cmd).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    // `*3 $9 subscribe $N channel :1`: confirmed once the count has arrived.
+    while !got.ends_with(b":1\r\n") {
+        let n = stream.read(&mut buf).expect("SUBSCRIBE confirmed");
+        assert!(n > 0, "SUBSCRIBE confirmed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    stream
+}
+
+/// The lock's value if it is a string, else `None`.
+fn string_at(conn: &mut redis::Connection, key: &[u8]) -> Option<String> {
+    let t: String = redis::cmd("TYPE").arg(key).query(conn).unwrap();
+    if t != "string" {
+        return None;
+    }
+    redis::cmd("GET").arg(key).query(conn).unwrap()
+}
+
+fn release(conn: &mut redis::Connection, keys: &Keys, value: &str) -> Vec<Value> {
+    let mut script = scripts::RELEASE.key(&keys.lock);
+    script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
+    script.arg(value).arg(0).arg("0").arg("").arg(0).arg(GRANT_MS).arg(60_000);
+    script.arg(&keys.released_channel).arg(&keys.wake_prefix);
+    script.invoke(conn).expect("RELEASE")
+}
+
+fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCaseError> {
     let mut server = Server::start();
-    let conn = &mut server.conn;
     let keys = Keys::new(b"lock:generated");
+    // Exclusive waiters that queue may listen; the connections stay open for the whole case.
+    let listening: Vec<bool> =
+        (0..WAITERS).map(|w| listens[w] && w < QUEUERS && kinds[w] == Kind::Exclusive).collect();
+    let _listeners: Vec<_> =
+        (0..WAITERS).filter(|w| listening[*w]).map(|w| listen(&server, &keys, w)).collect();
+    let conn = &mut server.conn;
     let mut waiters = vec![Waiter::default(); WAITERS];
     let mut holding: Vec<usize> = Vec::new();
     let mut highest_arrival = 0u64;
@@ -209,12 +269,73 @@ fn check(kinds: &[Kind], steps: &[Step]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 let h = holding.remove(h % holding.len());
-                let mut script = scripts::RELEASE.key(&keys.lock);
-                script.key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
-                script.arg(value(h, kinds[h])).arg(0).arg("0").arg("").arg(0);
-                script.arg(&keys.released_channel).arg(&keys.wake_prefix);
-                let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
+                let now = Instant::now();
+                let reply = release(conn, &keys, &value(h, kinds[h]));
                 prop_assert_eq!(reply.get(1), Some(&Value::Int(1)), "step {}: the holder's release", i);
+                // Who may, and who must, be handed the lock: the first live waiter, if it
+                // listens, when no one holds any more.
+                let first_candidate = |w: usize, surely: bool| {
+                    listening[w]
+                        && waiters[w].queued
+                        && holding.is_empty()
+                        && (0..WAITERS).all(|x| {
+                            x == w
+                                || !waiters[x].before(waiters[w].arrival)
+                                || !waiters[x].queued
+                                || if surely {
+                                    waiters[x].surely_lapsed(now)
+                                } else {
+                                    !waiters[x].surely_live(now)
+                                }
+                        })
+                };
+                let handed = string_at(conn, &keys.lock);
+                match (0..WAITERS).find(|w| handed.as_deref() == Some(value(*w, kinds[*w]).as_str())) {
+                    Some(w) => {
+                        prop_assert!(
+                            first_candidate(w, false) && !waiters[w].surely_lapsed(now),
+                            "step {}: handed over to {} while {:?} hold, waiters {:?}",
+                            i,
+                            w,
+                            holding,
+                            waiters
+                        );
+                        let fence: i64 = redis::cmd("GET").arg(&keys.fence).query(conn).unwrap();
+                        prop_assert!(
+                            fence > highest_fence,
+                            "step {}: fence {} not above {}",
+                            i,
+                            fence,
+                            highest_fence
+                        );
+                        highest_fence = fence;
+                        let in_queue: Option<u64> = redis::cmd("ZSCORE")
+                            .arg(&keys.queue)
+                            .arg(value(w, kinds[w]))
+                            .query(conn)
+                            .unwrap();
+                        prop_assert!(in_queue.is_none(), "step {}: {} handed over but still queued", i, w);
+                        holding.push(w);
+                        waiters[w].queued = false;
+                    }
+                    None => {
+                        prop_assert!(
+                            handed.is_none(),
+                            "step {}: the lock holds {:?} after a release",
+                            i,
+                            handed
+                        );
+                        for w in 0..WAITERS {
+                            prop_assert!(
+                                !(first_candidate(w, true) && waiters[w].surely_live(now)),
+                                "step {}: {} was first, live and listening, and was not handed the lock: {:?}",
+                                i,
+                                w,
+                                waiters
+                            );
+                        }
+                    }
+                }
             }
             Step::Leave(w) => {
                 if holding.contains(&w) {
@@ -356,9 +477,10 @@ proptest! {
     #[test]
     fn the_queue_serves_live_waiters_in_arrival_order_within_each_kind_s_limit(
         kinds in kinds(),
+        listens in proptest::collection::vec(any::<bool>(), WAITERS),
         steps in proptest::collection::vec(step(), 1..40),
     ) {
-        check(&kinds, &steps)?;
+        check(&kinds, &listens, &steps)?;
     }
 }
 
@@ -430,14 +552,21 @@ mod several {
                     let h = holding.remove(h % holding.len());
                     let mut script = scripts::RELEASE.prepare_invoke();
                     for k in keys_of(h) {
-                        script.key(&k.lock).key(&k.queue).key(&k.queue_expiry).key(&k.holders);
+                        script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry);
+                        script.key(&k.holders);
                     }
                     script.arg(value(h, Kind::Exclusive)).arg(0).arg("0").arg("").arg(0);
+                    script.arg(GRANT_MS).arg(60_000);
                     for k in keys_of(h) {
                         script.arg(&k.released_channel).arg(&k.wake_prefix);
                     }
                     let reply: Vec<Value> = script.invoke(conn).expect("RELEASE");
                     prop_assert!(reply[1..].iter().all(|o| *o == Value::Int(1)), "step {}: {:?}", i, reply);
+                    // Waiters for several keys never listen for a lock handed over.
+                    for k in keys_of(h) {
+                        let held: bool = redis::cmd("EXISTS").arg(&k.lock).query(conn).unwrap();
+                        prop_assert!(!held, "step {}: a released key is held", i);
+                    }
                 }
                 Step::Leave(w) => {
                     if holding.contains(&w) {
@@ -571,4 +700,62 @@ fn a_waiter_joins_again_with_its_arrival_number_after_data_loss() {
     assert_eq!(counter, 7, "the counter raised to it");
     let next = ask(conn, &keys, &value(2, Kind::Exclusive), true, None);
     assert_eq!(int(next.get(4)), Some(8), "a new arrival after it: {next:?}");
+}
+
+fn fence_of(v: Option<&Value>) -> Option<i64> {
+    super::replies::fence(v)
+}
+
+/// A waiter tells a lock handed over after its last attempt (the fence in the message is above
+/// the counter that attempt found) from one handed over before it, which has lapsed since:
+/// that attempt found the counter at least as high as the fence it was handed.
+#[test]
+fn a_handover_after_an_attempt_has_a_fence_above_what_that_attempt_found() {
+    let mut server = Server::start();
+    let keys = Keys::new(b"lock:seen");
+    let _listener = listen(&server, &keys, 1);
+    let conn = &mut server.conn;
+    let (holder, waiter, other) =
+        (value(0, Kind::Exclusive), value(1, Kind::Exclusive), value(4, Kind::Exclusive));
+    assert_eq!(ask(conn, &keys, &holder, false, None).first(), Some(&Value::Int(1)), "granted");
+    let busy = ask(conn, &keys, &waiter, true, None);
+    assert_eq!(busy.first(), Some(&Value::Int(0)), "{busy:?}");
+    let seen = fence_of(busy.get(8)).expect("the counter it found");
+    release(conn, &keys, &holder);
+    assert_eq!(string_at(conn, &keys.lock).as_deref(), Some(waiter.as_str()), "handed over");
+    let handed: i64 = redis::cmd("GET").arg(&keys.fence).query(conn).unwrap();
+    assert!(handed > seen, "handed over after the attempt: {handed} > {seen}");
+    // The waiter does not take it up in time (frozen): it lapses, and another run takes it.
+    let _: () = redis::cmd("PEXPIRE").arg(&keys.lock).arg(1).query(conn).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let taken = ask(conn, &keys, &other, false, None);
+    assert_eq!(taken.first(), Some(&Value::Int(1)), "the other run took it: {taken:?}");
+    let again = ask(conn, &keys, &waiter, true, None);
+    assert_eq!(again.first(), Some(&Value::Int(0)), "{again:?}");
+    let seen_after = fence_of(again.get(8)).expect("the counter it found");
+    assert!(handed <= seen_after, "the message of the lapsed handover ({handed}) is older than {seen_after}");
+}
+
+/// A waiter that gives up after a release handed it the lock (its wait ran out, a signal) gives
+/// the lock back with its place.
+#[test]
+fn a_waiter_that_leaves_gives_back_a_lock_handed_over_to_it() {
+    let mut server = Server::start();
+    let keys = Keys::new(b"lock:leave");
+    let _listener = listen(&server, &keys, 1);
+    let conn = &mut server.conn;
+    let (holder, waiter) = (value(0, Kind::Exclusive), value(1, Kind::Exclusive));
+    ask(conn, &keys, &holder, false, None);
+    ask(conn, &keys, &waiter, true, None);
+    release(conn, &keys, &holder);
+    assert_eq!(string_at(conn, &keys.lock).as_deref(), Some(waiter.as_str()), "handed over");
+    let mut script = scripts::LEAVE.key(&keys.lock);
+    script.key(&keys.queue).key(&keys.queue_expiry).arg(&waiter).arg(&keys.wake_prefix);
+    let _: i64 = script.invoke(conn).expect("LEAVE");
+    let held: bool = redis::cmd("EXISTS").arg(&keys.lock).query(conn).unwrap();
+    assert!(!held, "given back");
+    // Someone else's lock is never touched by a leaving waiter.
+    ask(conn, &keys, &holder, false, None);
+    let _: i64 = script.invoke(conn).expect("LEAVE");
+    assert_eq!(string_at(conn, &keys.lock).as_deref(), Some(holder.as_str()));
 }

@@ -109,7 +109,9 @@ impl Invocation {
 /// Lua helpers for fences. Lua numbers are doubles, exact only up to 2^53, so fences travel as
 /// the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back)
 /// and are compared as such: `less(a, b)` for canonical integers (no leading zeros).
-/// `now_us()`: the server clock in microseconds, as a decimal string.
+/// `now_us()`: the server clock in microseconds, as a decimal string. `bump(counter, ttl)`: the
+/// next fence, `max(counter + 1, server time in µs)`, stored with that TTL (→ `nil` and the
+/// error when the counter cannot be bumped).
 macro_rules! fence_lua {
     () => {
         r#"
@@ -126,6 +128,18 @@ end
 local function now_us()
   local now = redis.call('TIME')
   return now[1] .. string.format('%06d', tonumber(now[2]))
+end
+local function bump(counter, ttl)
+  local bumped = redis.pcall('INCR', counter)
+  if type(bumped) == 'table' then return nil, bumped['err'] end
+  local fence = redis.call('GET', counter)
+  local now = now_us()
+  if less(fence, now) then
+    redis.call('SET', counter, now, 'PX', ttl)
+    return now
+  end
+  redis.call('PEXPIRE', counter, ttl)
+  return fence
 end
 "#
     };
@@ -297,13 +311,15 @@ end
 /// same order in every queue they share, so no two wait for each other.
 ///
 /// → `{1, fence, …}` acquired, one fence per key (decimal strings);
-///   `{0, pttl, holder, position, arrival, holding, same, key}` busy: the first key (its index,
+///   `{0, pttl, holder, position, arrival, holding, same, key, seen}` busy: the first key (its index,
 ///   from 1) held so that it does not admit the run, `holder` the holder this run waits for
 ///   there (an exclusive run held off by shared holders: the last to end; a `--limit` run: the
 ///   first to end), `holding` how many hold, `same` 1 when that holder runs the same
 ///   `--idempotency-key` (then the run waits for it even with permits free);
-///   `{3, first, position, arrival, key}` every holder would admit this run, but at that key
-///   waiters that come first are queued (`first`: the one it waits for);
+///   `{3, first, position, arrival, key, seen}` every holder would admit this run, but at that
+///   key waiters that come first are queued (`first`: the one it waits for); `seen`: the first
+///   key's fence counter (false: none), which tells a lock handed over before this call from
+///   one handed over after it (see [`RELEASE`]);
 ///   `{-1, type[, name]}` a lock key (or the name next to it that is given) holds another
 ///   type, or a sorted set not written by redlock-run;
 ///   `{-2, error, key}` that key's fence counter is unusable (nothing is left held);
@@ -346,18 +362,7 @@ local function k(i, j) return KEYS[(i - 1) * 6 + j] end
 local record = KEYS[n * 6 + 1]
 local mine = kind_of(value)
 local limit = limit_of(mine)
-local function bump_fence(i)
-  local bumped = redis.pcall('INCR', k(i, 2))
-  if type(bumped) == 'table' then return nil, bumped['err'] end
-  local fence = redis.call('GET', k(i, 2))
-  local now = now_us()
-  if less(fence, now) then
-    redis.call('SET', k(i, 2), now, 'PX', ARGV[3])
-    return now
-  end
-  redis.call('PEXPIRE', k(i, 2), ARGV[3])
-  return fence
-end
+local function bump_fence(i) return bump(k(i, 2), ARGV[3]) end
 local function leave_all()
   for i = 1, n do
     redis.pcall('ZREM', k(i, 3), value)
@@ -576,11 +581,14 @@ end
 local s = st[at]
 local position = false
 if arrival and alive then position = redis.call('ZRANK', k(at, 3), value) + 1 end
+-- The first key's fence counter as this call found it: a lock handed over to this run later
+-- has a higher fence (see RELEASE).
+local seen = redis.call('GET', k(1, 2))
 if s.same then
-  return {0, tonumber(redis.call('ZSCORE', k(at, 1), s.same)) - now, s.same, position, arrival, s.holding, 1, at}
+  return {0, tonumber(redis.call('ZSCORE', k(at, 1), s.same)) - now, s.same, position, arrival, s.holding, 1, at, seen}
 end
-if not s.admitted then return {0, s.pttl, s.holder, position, arrival, s.holding, 0, at} end
-return {3, s.blocker, position, arrival, at}
+if not s.admitted then return {0, s.pttl, s.holder, position, arrival, s.holding, 0, at, seen} end
+return {3, s.blocker, position, arrival, at, seen}
 "#
 ));
 
@@ -610,29 +618,64 @@ return {1}
 "#
 ));
 
-/// KEYS: four for each lock key (lock, queue, queue expiry, holders), then the success record
-/// if any. ARGV: value, keep ms, announce always ("1" for a Redlock quorum, whose waiters
-/// listen on one node only), record value, record ttl ms, then each key's release channel and
-/// wake prefix.
-/// → `{recorded, outcome, …}`, one outcome per key: 1 deleted (and the waiters that can now
-///   hold woken, and the release announced); 2 kept for `keep ms` more (`--min-hold`); 0 not
-///   ours, left untouched. The success record, when a key is given, is written whoever holds
-///   the lock: the command did succeed. `recorded` is the error writing it, or 0.
+/// KEYS: five for each lock key (lock, fence, queue, queue expiry, holders), then the success
+/// record if any. ARGV: value, keep ms, announce always ("1" for a Redlock quorum, whose
+/// waiters listen on one node only), record value, record ttl ms, grant ms ("0": never hand
+/// over), fence ttl ms, then each key's release channel and wake prefix.
+/// → `{recorded, outcome, …}`, one outcome per key: 1 deleted (and the lock handed over, or the
+///   waiters that can now hold woken; the release announced); 2 kept for `keep ms` more
+///   (`--min-hold`); 0 not ours, left untouched. The success record, when a key is given, is
+///   written whoever holds the lock: the command did succeed. `recorded` is the error writing
+///   it, or 0.
+///
+/// **Handing over.** When the deleted key is free and its first live waiter is an exclusive
+/// one, the script takes the lock for that waiter (its value, `PX grant ms`, a new fence) and
+/// publishes `<fence> <grant ms>` on the waiter's grant channel (`<wake prefix><token>:grant`).
+/// Only a waiter that can use the lock as it is (one key, exclusive, no success record to
+/// check first) listens there; when no one receives the message (such a waiter, one that died
+/// and whose connection closed, a Cluster node other than the one it listens on), the lock is
+/// deleted again within the same script and the waiters are woken as before. The waiter starts
+/// its command counting its lease from before its last attempt (which Redis answered before
+/// this script ran) and extends it to its TTL at once. `grant ms` is short (the holder's
+/// kill-grace and a second): a waiter that was handed the lock but cannot use it (a frozen
+/// process, a host gone without closing its connection) holds up the queue no longer than that.
 pub static RELEASE: Script = Script::new(concat!(
+    fence_lua!(),
     queue_lua!(),
     holders_lua!(),
     r#"
-local n = (#ARGV - 5) / 2
-local value, keep = ARGV[1], tonumber(ARGV[2])
+local n = (#ARGV - 7) / 2
+local value, keep, grant_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
+-- Takes the free lock for its first live waiter, if that one listens for it; → whether it did.
+local function hand_over(lock, fence, q, e, h, prefix)
+  if grant_ms <= 0 or redis.call('TYPE', lock)['ok'] ~= 'none' or not queue_ok(q, e) then
+    return false
+  end
+  local t = redis.call('TYPE', h)['ok']
+  if t ~= 'none' and t ~= 'hash' then return false end
+  local first = first_live(q, e, now_ms())
+  if not first or kind_of(first) ~= nil then return false end
+  local f = bump(fence, ARGV[7])
+  if not f then return false end
+  if refused(redis.pcall('SET', lock, first, 'PX', grant_ms)) then return false end
+  local told = redis.pcall('PUBLISH', prefix .. string.match(first, '^%S+') .. ':grant', f .. ' ' .. grant_ms)
+  if type(told) ~= 'number' or told == 0 then
+    redis.call('DEL', lock)
+    return false
+  end
+  redis.pcall('ZREM', q, first)
+  redis.pcall('ZREM', e, first)
+  return true
+end
 local recorded = 0
-if KEYS[4 * n + 1] then
-  local ok = redis.pcall('SET', KEYS[4 * n + 1], ARGV[4], 'PX', ARGV[5])
+if KEYS[5 * n + 1] then
+  local ok = redis.pcall('SET', KEYS[5 * n + 1], ARGV[4], 'PX', ARGV[5])
   if refused(ok) then recorded = ok['err'] end
 end
 local outcomes = {recorded}
 for i = 1, n do
-  local lock, q, e, h = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local channel, prefix = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
+  local lock, fence, q, e, h = KEYS[5 * i - 4], KEYS[5 * i - 3], KEYS[5 * i - 2], KEYS[5 * i - 1], KEYS[5 * i]
+  local channel, prefix = ARGV[6 + 2 * i], ARGV[7 + 2 * i]
   local t = redis.call('TYPE', lock)['ok']
   local outcome = 0
   if t == 'string' and redis.call('GET', lock) == value then
@@ -660,7 +703,7 @@ for i = 1, n do
   end
   if outcome == 1 then
     -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
-    wake_ready(lock, q, e, prefix)
+    if not hand_over(lock, fence, q, e, h, prefix) then wake_ready(lock, q, e, prefix) end
     redis.pcall('PUBLISH', channel, 'released')
   elseif outcome == 0 and ARGV[3] == '1' then
     redis.pcall('PUBLISH', channel, 'released')
@@ -672,13 +715,17 @@ return outcomes
 ));
 
 /// KEYS: three for each lock key (lock, queue, queue expiry). ARGV: value, then each key's wake
-/// prefix. A waiter gives up its places (its `--wait` ran out, or it was signalled); the
-/// waiters that can now hold are woken, in case this one had been told its turn had come. → 1.
+/// prefix. A waiter gives up its places (its `--wait` ran out, or it was signalled), and the
+/// lock if a release handed it over meanwhile (see [`RELEASE`]); the waiters that can now hold
+/// are woken, in case this one had been told its turn had come. → 1.
 pub static LEAVE: Script = Script::new(concat!(
     queue_lua!(),
     r#"
 for i = 1, #KEYS / 3 do
   local lock, q, e = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  if redis.call('TYPE', lock)['ok'] == 'string' and redis.call('GET', lock) == ARGV[1] then
+    redis.call('DEL', lock)
+  end
   redis.pcall('ZREM', q, ARGV[1])
   redis.pcall('ZREM', e, ARGV[1])
   wake_ready(lock, q, e, ARGV[1 + i])
