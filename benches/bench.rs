@@ -466,73 +466,77 @@ fn url_args(urls: &[String]) -> Vec<String> {
     urls.iter().flat_map(|u| ["--redis-url".to_owned(), u.clone()]).collect()
 }
 
-/// Handoff gaps in ms between a holder's command ending and a waiter's command starting.
-fn handoff_gaps(bin: &str, urls: &[String], dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
+/// One handoff: ms between a holder's command ending and a waiter's command starting.
+fn handoff_once(bin: &str, urls: &[String], dir: &tempfile::TempDir) -> f64 {
     let (end, start) = (dir.path().join("end"), dir.path().join("start"));
-    let mut gaps = Vec::new();
-    for _ in 0..runs {
-        let _ = std::fs::remove_file(&end);
-        let _ = std::fs::remove_file(&start);
-        let mut holder = Command::new(bin)
-            .args(url_args(urls))
-            .args(["--key", "bench:handoff", "--"])
-            .args(stamp_cmd(&end, Some(30)))
-            .spawn()
-            .expect("holder");
-        std::thread::sleep(Duration::from_millis(8));
-        let mut waiter = Command::new(bin)
-            .args(url_args(urls))
-            .args(["--key", "bench:handoff", "--wait", "10s", "--"])
-            .args(stamp_cmd(&start, None))
-            .spawn()
-            .expect("waiter");
-        assert!(wait_bounded(&mut holder, Duration::from_secs(10)).success());
-        assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
-        gaps.push((read_stamp(&start) - read_stamp(&end)) as f64 / 1e6);
-    }
-    gaps
+    let _ = std::fs::remove_file(&end);
+    let _ = std::fs::remove_file(&start);
+    let mut holder = Command::new(bin)
+        .args(url_args(urls))
+        .args(["--key", "bench:handoff", "--"])
+        .args(stamp_cmd(&end, Some(30)))
+        .spawn()
+        .expect("holder");
+    std::thread::sleep(Duration::from_millis(8));
+    let mut waiter = Command::new(bin)
+        .args(url_args(urls))
+        .args(["--key", "bench:handoff", "--wait", "10s", "--"])
+        .args(stamp_cmd(&start, None))
+        .spawn()
+        .expect("waiter");
+    assert!(wait_bounded(&mut holder, Duration::from_secs(10)).success());
+    assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
+    (read_stamp(&start) - read_stamp(&end)) as f64 / 1e6
 }
 
 /// The same handoff between two `flock FILE` runs on one host (flock waits by default).
-fn flock_handoff_gaps(dir: &tempfile::TempDir, runs: usize) -> Vec<f64> {
+fn flock_handoff_once(dir: &tempfile::TempDir) -> f64 {
     let (end, start, lock) =
         (dir.path().join("end"), dir.path().join("start"), dir.path().join("flock-handoff"));
-    let mut gaps = Vec::new();
-    for _ in 0..runs {
-        let _ = std::fs::remove_file(&end);
-        let _ = std::fs::remove_file(&start);
-        let mut holder =
-            Command::new("flock").arg(&lock).args(stamp_cmd(&end, Some(30))).spawn().expect("holder");
-        std::thread::sleep(Duration::from_millis(8));
-        let mut waiter =
-            Command::new("flock").arg(&lock).args(stamp_cmd(&start, None)).spawn().expect("waiter");
-        assert!(wait_bounded(&mut holder, Duration::from_secs(10)).success());
-        assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
-        gaps.push((read_stamp(&start) - read_stamp(&end)) as f64 / 1e6);
-    }
-    gaps
+    let _ = std::fs::remove_file(&end);
+    let _ = std::fs::remove_file(&start);
+    let mut holder =
+        Command::new("flock").arg(&lock).args(stamp_cmd(&end, Some(30))).spawn().expect("holder");
+    std::thread::sleep(Duration::from_millis(8));
+    let mut waiter = Command::new("flock").arg(&lock).args(stamp_cmd(&start, None)).spawn().expect("waiter");
+    assert!(wait_bounded(&mut holder, Duration::from_secs(10)).success());
+    assert!(wait_bounded(&mut waiter, Duration::from_secs(10)).success());
+    (read_stamp(&start) - read_stamp(&end)) as f64 / 1e6
 }
 
+/// Handoffs of every case interleaved round by round with `flock`'s (A B C flock A B C flock
+/// …), so that drift in the machine's load hits them alike; "− flock" is the median of each
+/// round's difference to the `flock` handoff of the same round.
 fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
-    let mut rows = String::new();
     let static_build = static_bin();
-    let mut cases: Vec<(&str, &[String], usize, &str)> = vec![("one Redis", single, runs, BIN)];
+    let mut cases: Vec<(&str, &[String], &str)> = vec![("one Redis", single, BIN)];
     if let Some(path) = &static_build {
-        cases.push(("one Redis, static build", single, runs, path));
+        cases.push(("one Redis, static build", single, path));
     }
-    cases.push(("Redlock, 3 nodes", quorum, runs / 2, BIN));
-    for (label, urls, n, bin) in cases {
-        let gaps = handoff_gaps(bin, urls, dir, n);
+    cases.push(("Redlock, 3 nodes", quorum, BIN));
+    let mut gaps: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut flock = Vec::new();
+    for _ in 0..runs {
+        for (i, (_, urls, bin)) in cases.iter().enumerate() {
+            gaps[i].push(handoff_once(bin, urls, dir));
+        }
+        flock.push(flock_handoff_once(dir));
+    }
+    let row = |label: &str, gaps: &[f64]| {
         let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
-        let (p50, p95, p99) = summary(gaps);
-        rows.push_str(&format!("| {label} | {n} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n"));
+        let diff: Vec<f64> = gaps.iter().zip(&flock).map(|(g, f)| g - f).collect();
+        let (d50, _, _) = summary(diff);
+        let (p50, p95, p99) = summary(gaps.to_vec());
+        format!(
+            "| {label} | {} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {d50:+.2} ms | {overlaps} |\n",
+            gaps.len()
+        )
+    };
+    let mut rows = String::new();
+    for ((label, _, _), gaps) in cases.iter().zip(&gaps) {
+        rows.push_str(&row(label, gaps));
     }
-    let gaps = flock_handoff_gaps(dir, runs);
-    let overlaps = gaps.iter().filter(|g| **g <= 0.0).count();
-    let (p50, p95, p99) = summary(gaps);
-    rows.push_str(&format!(
-        "| `flock FILE` (one host) | {runs} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms | {overlaps} |\n"
-    ));
+    rows.push_str(&row("`flock FILE` (one host)", &flock));
     // The part of the handoff that is the next command's own exec and start-up.
     let start = dir.path().join("start");
     let mut spawn = Vec::new();
@@ -546,9 +550,11 @@ fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: 
     let (spawn_p50, _, _) = summary(spawn);
     out.push_str(&format!(
         "## Handoff latency\n\nFrom the holder's command writing its last timestamp to the waiting wrapper's command \
-         writing its first (includes the holder's exit and reaping, the release, the announcement, the waiter's acquire, and \
-         the spawn and start-up of the next command).\n\n| Redis | handoffs | median | p95 | p99 | overlaps |\n\
-         |---|---|---|---|---|---|\n{rows}\n\
+         writing its first (includes the holder's exit and reaping, the release, which hands the lock over, the message, \
+         and the spawn and start-up of the next command). Rounds interleave the rows, `flock` last in each; \"− flock\" \
+         is the median of each round's difference to that round's `flock` handoff.\n\n\
+         | Redis | handoffs | median | p95 | p99 | − flock | overlaps |\n\
+         |---|---|---|---|---|---|---|\n{rows}\n\
          The `flock` row is the same handoff between two `flock FILE` runs on one host. For reference, spawning the same command directly until it writes its timestamp takes {spawn_p50:.2} ms \
          (median) on this machine; the lock's own share of the handoff is the difference.\n\n"
     ));
