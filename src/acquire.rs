@@ -8,7 +8,7 @@ use redis::aio::PubSubStream;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::config::{Config, KILL_AHEAD, MIN_SLACK};
+use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::keys::GRANT_SUFFIX;
 use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
@@ -20,6 +20,12 @@ const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
 /// announcement is missed (a dropped subscription).
 const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// The least time a lock handed over must leave, beyond the kill-grace, for the immediate
+/// renewal to confirm it before the command would have to be stopped (a lock handed over is
+/// taken for the holder's kill-grace + 1 s, and the waiter's last attempt may have gone out up
+/// to a keep-alive, 0.5 s, before; less than this left: the waiter confirms it first).
+const CONFIRM_ROOM: Duration = Duration::from_millis(250);
 
 /// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);
@@ -142,7 +148,7 @@ pub async fn acquire(
                             // counted from before it is never too long.
                             let lease = Lease::handed(attempt_sent, grant, config.ttl);
                             if lock.handed_over_since_last_attempt(fence)
-                                && lease.remaining(Instant::now()) > config.kill_grace.max(KILL_AHEAD) + MIN_SLACK
+                                && lease.remaining(Instant::now()) > config.kill_grace.max(KILL_AHEAD) + CONFIRM_ROOM
                             {
                                 return Ok(Outcome::Acquired {
                                     fences: vec![fence],
