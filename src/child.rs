@@ -76,9 +76,19 @@ impl Child {
     /// variables that configure a wrapper, plus the lock's variables.
     ///
     /// `guardian`: one forked while the run waited for the lock, else one is forked now.
-    pub fn spawn(argv: &[OsString], env: &LockEnv, guardian: Option<sys::Guardian>) -> Result<Child, Error> {
-        // Registered before the fork, so the command's exit cannot be missed.
-        let sigchld = signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?;
+    ///
+    /// `sigchld`: SIGCHLD as the wrapper registered it at start-up (`Signals::take_child_exits`),
+    /// else registered now; either way before the spawn, so the command's exit cannot be missed.
+    pub fn spawn(
+        argv: &[OsString],
+        env: &LockEnv,
+        guardian: Option<sys::Guardian>,
+        sigchld: Option<SignalStream>,
+    ) -> Result<Child, Error> {
+        let sigchld = match sigchld {
+            Some(stream) => stream,
+            None => signal(SignalKind::child()).map_err(|e| Error::Internal(e.into()))?,
+        };
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
         let guardian = guardian.or_else(|| {

@@ -101,7 +101,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = match Child::spawn(&config.command, &env, guardian) {
+    let mut child = match Child::spawn(&config.command, &env, guardian, signals.take_child_exits()) {
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
@@ -188,7 +188,7 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let mut child = Child::spawn(&config.command, &env, guardian)?;
+    let mut child = Child::spawn(&config.command, &env, guardian, signals.take_child_exits())?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
         let format = config.output.format;

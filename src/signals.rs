@@ -7,6 +7,9 @@ use tokio::signal::unix::{Signal as Stream, SignalKind, signal};
 
 pub struct Signals {
     streams: Vec<(Signal, Stream)>,
+    /// SIGCHLD, for the command's exit: registered with the others, so that the spawn neither
+    /// installs a handler nor finds one it did not note (`sys::note_handlers`).
+    child_exits: Option<Stream>,
 }
 
 /// Signals the wrapper handles: those forwarded to the command's process group, and the job
@@ -48,7 +51,15 @@ impl Signals {
             handled.add(*sig);
         }
         pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&handled), None)?;
-        Ok(Signals { streams })
+        let child_exits = Some(signal(SignalKind::child())?);
+        // Every handler the wrapper installs is installed by now.
+        crate::sys::note_handlers();
+        Ok(Signals { streams, child_exits })
+    }
+
+    /// SIGCHLD deliveries, for the one command a run starts.
+    pub fn take_child_exits(&mut self) -> Option<Stream> {
+        self.child_exits.take()
     }
 
     /// The next signal received. Several deliveries of one signal between two calls count once.

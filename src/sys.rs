@@ -49,6 +49,35 @@ pub fn ignored_at_start(sig: Signal) -> bool {
     read == 0 && unsafe { old.assume_init() }.sa_sigaction == libc::SIG_IGN
 }
 
+/// The signals the new process sets back to their default before its exec (bit N − 1 for
+/// signal N): those with a handler of the wrapper's, and SIGPIPE, which the Rust runtime
+/// ignores (a command expects it at its default; signals ignored when the wrapper started stay
+/// ignored). Zero: not noted yet, and the spawn looks them up itself.
+static HANDLERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Notes which signals have a handler now (see [`HANDLERS`]). Called once the last handler is
+/// installed (`Signals::install`), so that a run does not look at every signal's disposition
+/// while it starts its command.
+pub fn note_handlers() {
+    HANDLERS.store(handlers_now(), std::sync::atomic::Ordering::Relaxed);
+}
+
+fn handlers_now() -> u64 {
+    let mut mask = 0u64;
+    for sig in 1..=libc::SIGRTMAX().min(64) {
+        let mut current = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+        // SAFETY: with a null new action, sigaction only reads the current one into `current`,
+        // a zeroed, properly sized sigaction that lives across the call.
+        let read = unsafe { libc::sigaction(sig, std::ptr::null(), current.as_mut_ptr()) };
+        // SAFETY: zero-initialised, and filled in by the kernel when the call succeeded.
+        let handler = unsafe { current.assume_init() }.sa_sigaction;
+        if read == 0 && handler != libc::SIG_DFL && (handler != libc::SIG_IGN || sig == libc::SIGPIPE) {
+            mask |= 1 << (sig - 1);
+        }
+    }
+    mask
+}
+
 /// Becomes a child subreaper, so orphaned descendants of the command are re-parented to the
 /// wrapper and reaped by it instead of escaping to init. Returns whether it worked.
 pub fn become_subreaper() -> bool {
@@ -81,6 +110,8 @@ struct Handoff {
     no_new_privs: bool,
     /// The guardian's pipe, or -1.
     guardian: libc::c_int,
+    /// The signals to set back to their default ([`HANDLERS`]).
+    reset: u64,
     errno: libc::c_int,
 }
 
@@ -139,6 +170,10 @@ pub fn spawn(
         foreground: launch.foreground,
         no_new_privs: launch.no_new_privs,
         guardian: launch.guardian.map_or(-1, Guardian::pipe),
+        reset: match HANDLERS.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => handlers_now(),
+            noted => noted,
+        },
         errno: 0,
     };
     // SAFETY: a fresh private anonymous mapping, unmapped below once the new process has
@@ -210,15 +245,15 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
         };
         // The wrapper's handlers must not run here: back to the defaults (exec would reset them
         // anyway), with SIGPIPE as a command expects it (the wrapper ignores it). Ignored
-        // signals (nohup) stay ignored.
-        for sig in 1..=libc::SIGRTMAX() {
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut current) == 0
-                && current.sa_sigaction != libc::SIG_DFL
-                && (current.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
-            {
+        // signals (nohup) stay ignored. Which ones have a handler was noted at start-up.
+        let mut reset = handoff.reset;
+        let mut sig = 1;
+        while reset != 0 {
+            if reset & 1 != 0 {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            reset >>= 1;
+            sig += 1;
         }
         if libc::setpgid(0, 0) != 0 {
             return fail(handoff, *libc::__errno_location());
