@@ -49,12 +49,14 @@ fn a_least_privilege_user_runs_every_feature() {
         assert!(!r.stderr.contains("Pa55-word"));
     }
     assert!(redis.exists(b"{lock:acl}:done:day-1"));
-    // Queued waiting, also for a key with a hash tag of its own (its channels are `lock:{…`).
+    // Queued waiting, also for a key with a hash tag of its own (its channels are `lock:{…`),
+    // the lock handed over by the holder's release.
     for key in ["lock:acl", "lock:{job}"] {
         let mut holder = as_user(&url).args(["-k", key, "--", "sleep", "0.7"]).spawn().expect("spawn");
         assert!(wait_until(Duration::from_secs(5), || redis.exists(key.as_bytes())));
-        let r = run(as_user(&url).args(["-k", key, "--wait", "10s", "--", "true"]), LIMIT);
+        let r = run(as_user(&url).args(["-k", key, "--wait", "10s", "-v", "--", "true"]), LIMIT);
         assert_eq!(r.code, 0, "{key} --wait: {}", r.stderr);
+        assert!(r.stderr.contains("handed_over=true"), "{key} --wait: {}", r.stderr);
         assert!(wait_bounded(&mut holder, LIMIT).success());
     }
     // The kinds: a waiting semaphore run, a shared run beside another, and the operator's view

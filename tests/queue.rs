@@ -120,9 +120,29 @@ fn fifty_waiters_run_in_the_order_they_joined_and_status_shows_the_queue() {
     assert_eq!(queue_len(&redis, "lock:order"), 0);
 }
 
+/// A client subscribed to every channel by pattern (`PSUBSCRIBE *`, as a monitor does), its
+/// subscription confirmed.
+fn pattern_subscriber(redis: &RedisServer) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream.write_all(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$1\r\n*\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 128];
+    while !got.ends_with(b":1\r\n") {
+        let n = stream.read(&mut buf).expect("PSUBSCRIBE confirmed");
+        assert!(n > 0, "PSUBSCRIBE confirmed");
+        got.extend_from_slice(&buf[..n]);
+    }
+    stream
+}
+
+/// Also with a monitor subscribed to every channel by pattern: it does not count as the dead
+/// waiter listening, so the lock is not handed over to that waiter.
 #[test]
 fn a_waiter_killed_in_the_middle_delays_the_rest_by_at_most_its_entry() {
     let redis = RedisServer::start();
+    let _monitor = pattern_subscriber(&redis);
     let dir = tmp();
     let (go, out) = (file(&dir, "go"), file(&dir, "out"));
     let mut holder = holder(&redis, "lock:dead", &go);

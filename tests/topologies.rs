@@ -363,7 +363,7 @@ struct Cluster {
 }
 
 /// The tests that each take a [`Cluster`] of their own.
-const CLUSTER_TESTS: usize = 5;
+const CLUSTER_TESTS: usize = 6;
 
 /// Clusters made ahead, all at once, by the first test that wants one: a node accepts writes
 /// only 2 s after it started (Redis waits that long before a master's cluster state can turn
@@ -528,6 +528,60 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim().split(' ').count(), 3);
     assert!(wait_bounded(&mut holder, LIMIT).success());
     assert!(!exists("a") && !exists("b") && !exists("c"), "all released");
+}
+
+/// A release hands the lock over only to a waiter listening on the node that holds the key's
+/// slot (a message published there reaches every node, but only that node can tell whether
+/// someone received it): waiters that subscribed through a seed holding another slot are
+/// woken instead and take the lock themselves. Either way they run in order, each with the
+/// lock.
+#[test]
+fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
+    let cluster = Cluster::start();
+    let seed = cluster.nodes[0].port;
+    let key_on_seed = |on_seed: bool| {
+        (0..)
+            .map(|i| format!("lock:hand:{i}"))
+            .find(|k| (cluster.node_for(k.as_bytes()).port == seed) == on_seed)
+            .expect("a key")
+    };
+    let dir = tmp();
+    for (key, handed) in [(key_on_seed(true), true), (key_on_seed(false), false)] {
+        let node = cluster.node_for(key.as_bytes());
+        let out = file(&dir, &key);
+        let in_cluster = |cmd: &mut Command| {
+            cmd.args(["--cluster", "--redis-url", &cluster.seed(), "-k", &key]);
+        };
+        let mut holder = wrapper();
+        in_cluster(&mut holder);
+        let mut holder = holder.args(["--", "sleep", "0.5"]).stderr(Stdio::null()).spawn().expect("spawn");
+        assert!(wait_until(Duration::from_secs(10), || node.exists(key.as_bytes())), "{key}: held");
+        let queue = format!("{{{key}}}:queue");
+        let waiters: Vec<_> = (1..=3)
+            .map(|i| {
+                let mut w = wrapper();
+                in_cluster(&mut w);
+                let w = w
+                    .args(["--wait", "20s", "-v", "--", "sh", "-c", "echo $I >> \"$OUT\"; sleep 0.2"])
+                    .env("I", i.to_string())
+                    .env("OUT", &out)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn");
+                let queued = || node.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == i;
+                assert!(wait_until(Duration::from_secs(10), queued), "{key}: waiter {i} queued");
+                w
+            })
+            .collect();
+        assert!(wait_bounded(&mut holder, LIMIT).success());
+        for w in waiters {
+            let o = wait_output(w, LIMIT);
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{key}: {stderr}");
+            assert_eq!(stderr.contains("handed_over=true"), handed, "{key}: {stderr}");
+        }
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "1\n2\n3\n", "{key}: in order");
+    }
 }
 
 #[test]

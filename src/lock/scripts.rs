@@ -632,9 +632,11 @@ return {1}
 /// one, the script takes the lock for that waiter (its value, `PX grant ms`, a new fence) and
 /// publishes `<fence> <grant ms>` on the waiter's grant channel (`<wake prefix><token>:grant`).
 /// Only a waiter that can use the lock as it is (one key, exclusive, no success record to
-/// check first) listens there; when no one receives the message (such a waiter, one that died
-/// and whose connection closed, a Cluster node other than the one it listens on), the lock is
-/// deleted again within the same script and the waiters are woken as before. The waiter starts
+/// check first) listens there, and only one listening on this node counts (`PUBSUB NUMSUB`:
+/// not a pattern subscriber, and not a subscriber on another node of a Cluster, where the
+/// message would arrive all the same); with no such listener (that kind of waiter, one that
+/// died and whose connection closed, one listening on another Cluster node) nothing is
+/// published and the waiters are woken as before. The waiter starts
 /// its command counting its lease from before its last attempt (which Redis answered before
 /// this script ran) and extends it to its TTL at once. `grant ms` is short (the holder's
 /// kill-grace and a second): a waiter that was handed the lock but cannot use it (a frozen
@@ -655,10 +657,16 @@ local function hand_over(lock, fence, q, e, h, prefix)
   if t ~= 'none' and t ~= 'hash' then return false end
   local first = first_live(q, e, now_ms())
   if not first or kind_of(first) ~= nil then return false end
+  -- Only a waiter listening on this very node: a message published here also reaches the
+  -- other nodes of a Cluster, where no one could tell that the lock was not handed over.
+  -- (Pattern subscribers, such as a monitor's PSUBSCRIBE *, are not listeners.)
+  local channel = prefix .. string.match(first, '^%S+') .. ':grant'
+  local listening = redis.pcall('PUBSUB', 'NUMSUB', channel)
+  if refused(listening) or (tonumber(listening[2]) or 0) < 1 then return false end
   local f = bump(fence, ARGV[7])
   if not f then return false end
   if refused(redis.pcall('SET', lock, first, 'PX', grant_ms)) then return false end
-  local told = redis.pcall('PUBLISH', prefix .. string.match(first, '^%S+') .. ':grant', f .. ' ' .. grant_ms)
+  local told = redis.pcall('PUBLISH', channel, f .. ' ' .. grant_ms)
   if type(told) ~= 'number' or told == 0 then
     redis.call('DEL', lock)
     return false
