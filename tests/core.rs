@@ -366,6 +366,48 @@ fn scripts_are_reloaded_after_script_flush() {
     assert!(!redis.exists(b"lock:flush"));
 }
 
+/// Someone flushing the scripts over and over: a flush between the load and the call is
+/// loaded again (and retried as a passing fault), never an error or a release left unconfirmed.
+#[test]
+fn scripts_are_reloaded_while_something_keeps_flushing_them() {
+    let redis = RedisServer::start();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut conn = redis.conn();
+            // Bounded: 60 s at most, whatever the runs do.
+            let until = std::time::Instant::now() + LIMIT;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && std::time::Instant::now() < until {
+                let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let loops: Vec<_> = (0..4)
+            .map(|i| {
+                let redis = &redis;
+                s.spawn(move || {
+                    for _ in 0..30 {
+                        let r = run(
+                            redlock(redis)
+                                .args(["-k", &format!("lock:flushing{}", i % 2), "--wait", "20s"])
+                                .args(["--", "true"]),
+                            LIMIT,
+                        );
+                        assert_eq!(r.code, 0, "{}", r.stderr);
+                        assert!(!r.stderr.contains("could not confirm"), "{}", r.stderr);
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = loops.into_iter().map(|l| l.join()).collect();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for r in results {
+            r.unwrap_or_else(|e| std::panic::resume_unwind(e));
+        }
+    });
+    assert!(!redis.exists(b"lock:flushing0") && !redis.exists(b"lock:flushing1"));
+}
+
 #[test]
 fn keys_longer_than_64_kib_are_refused_before_touching_redis() {
     let redis = RedisServer::start();

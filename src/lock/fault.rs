@@ -108,7 +108,12 @@ impl Fault {
 
 /// Whether an error code is one a Redis gives while it cannot serve a request for now.
 pub fn is_transient(code: &str) -> bool {
-    matches!(code, "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN")
+    // NOSCRIPT: the script was loaded again and flushed again before it could run (someone
+    // runs SCRIPT FLUSH in a loop); the next attempt loads it once more.
+    matches!(
+        code,
+        "READONLY" | "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "OOM" | "CLUSTERDOWN" | "NOSCRIPT"
+    )
 }
 
 /// The I/O error behind a Redis error, if there is one.

@@ -46,6 +46,9 @@ impl Script {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// How many times one call loads its script again after NOSCRIPT.
+const LOADS: u32 = 3;
+
 /// One call of a script: its keys and arguments.
 pub struct Invocation {
     script: &'static Script,
@@ -76,19 +79,23 @@ impl Invocation {
         cmd
     }
 
-    /// EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again. (A Cluster sends SCRIPT LOAD to
-    /// every master.)
+    /// EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again, a few times: someone may flush the
+    /// scripts between the load and the call. (A Cluster sends SCRIPT LOAD to every master.) A
+    /// NOSCRIPT after that is a transient fault (`Fault::from_redis`), retried as such.
     pub async fn invoke_async<T: FromRedisValue>(
         &self,
         con: &mut impl redis::aio::ConnectionLike,
     ) -> RedisResult<T> {
         let eval = self.eval_cmd();
-        match eval.query_async(con).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                let () = self.load_cmd().exec_async(con).await?;
-                eval.query_async(con).await
+        let mut loads = 0;
+        loop {
+            match eval.query_async(con).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) && loads < LOADS => {
+                    loads += 1;
+                    let () = self.load_cmd().exec_async(con).await?;
+                }
+                result => return result,
             }
-            result => result,
         }
     }
 
