@@ -75,7 +75,8 @@ impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
     /// variables that configure a wrapper, plus the lock's variables.
     ///
-    /// `guardian`: one forked while the run waited for the lock, else one is forked now.
+    /// `guardian`: one forked while the run waited for the lock (if it is still alive), else one
+    /// is forked now.
     ///
     /// `sigchld`: SIGCHLD as the wrapper registered it at start-up (`Signals::take_child_exits`),
     /// else registered now; either way before the spawn, so the command's exit cannot be missed.
@@ -91,7 +92,8 @@ impl Child {
         };
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        let guardian = guardian.or_else(|| {
+        // One forked while the run waited may have been killed meanwhile: then a new one.
+        let guardian = guardian.filter(sys::Guardian::alive).or_else(|| {
             sys::Guardian::start()
                 .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
                 .ok()

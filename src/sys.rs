@@ -376,6 +376,15 @@ impl Guardian {
         }
     }
 
+    /// Whether the guardian is still there to read its pipe (someone may have SIGKILLed it
+    /// while the run waited for the lock): the pipe reports an error once no one can read it.
+    pub fn alive(&self) -> bool {
+        let mut fd = libc::pollfd { fd: self.pipe(), events: 0, revents: 0 };
+        // SAFETY: one pollfd, alive across the call; a zero timeout: nothing waits.
+        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
+        !(ready > 0 && fd.revents & libc::POLLERR != 0)
+    }
+
     /// The descriptor the command's process writes its pid to (see [`spawn`]).
     fn pipe(&self) -> libc::c_int {
         use std::os::fd::AsRawFd;

@@ -649,6 +649,42 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
     assert!(died, "the command outlived its wrapper");
 }
 
+/// A waiter's guardian killed while it waits (a `pkill -KILL -f` matching the wrapper's command
+/// line takes it too) is replaced when the command starts: the run goes on, guarded, instead of
+/// ending with 126 ("Broken pipe" from the dead guardian's pipe).
+#[test]
+fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let waiter_pid = file(&dir, "waiter");
+    let mut holder =
+        redlock(&redis).args(["-k", "lock:regard", "--", "sleep", "0.7"]).spawn().expect("holder");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:regard")));
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:regard", "--ttl", "5s", "--wait", "10s", "--"])
+        .args(recorded("sleep 100 & exec sleep 100"))
+        .env("PIDFILE", &waiter_pid)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("waiter");
+    let early = find_guardian(waiter.id(), -1).expect("a waiter forks its guardian while it waits");
+    kill(Pid::from_raw(early), Signal::SIGKILL).unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    let started = wait_until(Duration::from_secs(10), || waiter_pid.exists());
+    if !started {
+        let o = wait_output(waiter, LIMIT);
+        panic!("the command did not start: {:?} {}", o.status, String::from_utf8_lossy(&o.stderr));
+    }
+    let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(5)).trim().parse().unwrap();
+    assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
+    // Guarded: a SIGKILLed wrapper takes the command's whole group with it.
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || group_members(pid).is_empty());
+    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+    assert!(gone, "the command's group outlived its wrapper: {:?}", group_members(pid));
+}
+
 /// A run that waits forks its guardian while it waits (so the handoff does not wait for the
 /// fork). That guardian then guards the command like any other: a SIGKILLed waiter-turned-
 /// holder takes its command's whole group with it. A waiter that gives up leaves nothing behind.
