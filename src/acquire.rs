@@ -27,6 +27,11 @@ const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
 /// to a keep-alive, 0.5 s, before; less than this left: the waiter confirms it first).
 const CONFIRM_ROOM: Duration = Duration::from_millis(250);
 
+/// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock
+/// handed over: one woken on time at the deadline tries once more; one that was stopped
+/// (SIGSTOP, Ctrl-Z) past it gives up instead of taking the lock long after its wait.
+const LATE: Duration = QUEUE_KEEPALIVE;
+
 /// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);
 
@@ -147,8 +152,10 @@ pub async fn acquire(
                             // Handed over after Redis answered this attempt "busy": a lease
                             // counted from before it is never too long.
                             let lease = Lease::handed(attempt_sent, grant, config.ttl);
+                            let now = Instant::now();
                             if lock.handed_over_since_last_attempt(fence)
-                                && lease.remaining(Instant::now()) > config.kill_grace.max(KILL_AHEAD) + CONFIRM_ROOM
+                                && lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) + CONFIRM_ROOM
+                                && now <= wait_until + LATE
                             {
                                 return Ok(Outcome::Acquired {
                                     fences: vec![fence],
@@ -167,6 +174,12 @@ pub async fn acquire(
                     }
                     // Releases are announced on the new master: listen and try there at once.
                     () = lock.master_changed() => releases = None,
+                }
+                if Instant::now() > wait_until + LATE {
+                    // Stopped past the end of the wait: no new attempt (a lock handed over
+                    // meanwhile goes back with the place in the queue).
+                    leave(lock, queued).await;
+                    return Err(busy(config, &busy_now));
                 }
                 continue;
             }

@@ -303,13 +303,14 @@ fn a_lock_handed_over_for_less_than_the_waiters_kill_grace_is_confirmed_first() 
 }
 
 /// A waiter frozen for longer than the lock was handed over for: the next waiter takes the
-/// lapsed lock, and the frozen one, continued, never starts beside it (whether it first reads
-/// the stale message or first tries again). Three at once, for both orders.
+/// lapsed lock, and the frozen one, continued, never starts beside it (its next attempt finds
+/// the lock taken, and the stale message's fence is not above what that attempt found); one
+/// continued after its --wait has run out gives up. Three at once.
 #[test]
 fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
     let redis = RedisServer::start();
     let dir = tmp();
-    let mut stopped = Stopped(Vec::new());
+    let (mut stopped, mut stopped_longer) = (Stopped(Vec::new()), Stopped(Vec::new()));
     let rounds: Vec<_> = (0..3)
         .map(|r| {
             let key = format!("lock:frozen:{r}");
@@ -324,9 +325,12 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
                 .spawn()
                 .expect("spawn");
             assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
+            // The third round's frozen waiter is continued after its --wait has run out.
+            let wait = if r == 2 { "1500ms" } else { "50s" };
             let waiter = |i: usize| {
                 let w = redlock(&redis)
-                    .args(["-k", &key, "--kill-grace", "500ms", "--wait", "50s", "--", "sh", "-c"])
+                    .args(["-k", &key, "--kill-grace", "500ms", "--wait", if i == 1 { wait } else { "50s" }])
+                    .args(["--", "sh", "-c"])
                     .arg("echo \"$I start $(date +%s%N)\" >> \"$OUT\"; sleep 1; echo \"$I end $(date +%s%N)\" >> \"$OUT\"")
                     .env("I", i.to_string())
                     .env("OUT", &out)
@@ -337,7 +341,7 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
                 w
             };
             let (w1, w2) = (waiter(1), waiter(2));
-            stopped.stop(w1.id());
+            if r == 2 { &mut stopped_longer } else { &mut stopped }.stop(w1.id());
             std::fs::write(&go, "").unwrap();
             assert!(wait_bounded(&mut holder, LIMIT).success());
             (key, out, w1, w2)
@@ -348,19 +352,31 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
             |i: usize| std::fs::read_to_string(out).unwrap_or_default().contains(&format!("{i} start"));
         assert!(wait_until(LIMIT, || started(2)), "{key}: the next waiter ran");
     }
-    // Continued once every next waiter runs.
+    // Continued once every next waiter runs; the third once its next waiter is done (the lock
+    // is free then).
     drop(stopped);
-    for (key, out, w1, w2) in rounds {
-        for w in [w2, w1] {
-            let o = wait_output(w, LIMIT);
-            assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
-        }
+    let (_, out, _, _) = &rounds[2];
+    let ended = || std::fs::read_to_string(out).unwrap_or_default().contains("2 end");
+    assert!(wait_until(LIMIT, ended), "the third round's next waiter ended");
+    drop(stopped_longer);
+    for (r, (key, out, w1, w2)) in rounds.into_iter().enumerate() {
+        let o = wait_output(w2, LIMIT);
+        assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
+        let o = wait_output(w1, LIMIT);
+        let stderr = String::from_utf8_lossy(&o.stderr);
         let log = std::fs::read_to_string(&out).unwrap();
         let at = |what: &str| -> i128 {
             let line = log.lines().find(|l| l.starts_with(what)).unwrap_or_else(|| panic!("{what}: {log}"));
             line.rsplit(' ').next().unwrap().parse().unwrap()
         };
-        assert!(at("1 start") > at("2 end"), "{key}: the frozen waiter ran beside the next: {log}");
+        if r == 2 {
+            // Continued after its --wait ran out: it gives up, and never runs.
+            assert_eq!(o.status.code(), Some(75), "{key}: {stderr}");
+            assert!(!log.contains("1 start"), "{key}: ran after its --wait: {log}");
+        } else {
+            assert_eq!(o.status.code(), Some(0), "{key}: {stderr}");
+            assert!(at("1 start") > at("2 end"), "{key}: the frozen waiter ran beside the next: {log}");
+        }
         let held_up = Duration::from_nanos((at("2 start") - at("0 end")) as u64);
         eprintln!("{key}: the next waiter started {held_up:?} after the holder's end");
         // Handed over for 2 s, then the next keep-alive (0.5 s), plus scheduling slack.
