@@ -164,8 +164,9 @@ pub async fn acquire(
                                     handed_over: true,
                                 });
                             }
-                            // Too little of it is certainly left: the next attempt finds the
-                            // lock holding this run's value and confirms it for the full TTL.
+                            // A handover older than that attempt, too little of it certainly
+                            // left, or the wait over: the next attempt (if any) decides, and an
+                            // attempt that finds this run's value confirms it for the full TTL.
                         }
                     },
                     sig = signals.recv_before_start() => {
