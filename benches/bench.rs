@@ -733,9 +733,9 @@ fn scaling(dir: &tempfile::TempDir, out: &mut String) {
          next starts; then the holder lets go. Wall time: from the holder's release to the last \
          waiter's exit. Requests: Redis requests per run from `INFO commandstats` (scripts count \
          once), keep-alives included. Inversions: consecutive runs out of the order the waiters \
-         joined in. With the queue a run costs 4 requests (subscribe, join, take the lock when woken, \
-         release) plus a keep-alive every 0.5 s while it waits, here mostly while the later waiters \
-         join (the joining column).\n\n| tool | waiters | joining | drain time | requests per run | inversions |\n\
+         joined in. With the queue a run costs 4 requests (subscribe, join, the renewal that \
+         confirms the lock handed over, release) plus a keep-alive every 0.5 s while it waits, here \
+         mostly while the later waiters join (the joining column).\n\n| tool | waiters | joining | drain time | requests per run | inversions |\n\
          |---|---|---|---|---|---|\n{rows}\n"
     ));
 }

@@ -122,19 +122,10 @@ fn fifty_waiters_run_in_the_order_they_joined_and_status_shows_the_queue() {
 
 /// A client subscribed to every channel by pattern (`PSUBSCRIBE *`, as a monitor does), its
 /// subscription confirmed.
-fn pattern_subscriber(redis: &RedisServer) -> std::net::TcpStream {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    stream.write_all(b"*2\r\n$10\r\nPSUBSCRIBE\r\n$1\r\n*\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 128];
-    while !got.ends_with(b":1\r\n") {
-        let n = stream.read(&mut buf).expect("PSUBSCRIBE confirmed");
-        assert!(n > 0, "PSUBSCRIBE confirmed");
-        got.extend_from_slice(&buf[..n]);
-    }
-    stream
+fn pattern_subscriber(redis: &RedisServer) -> redis::Connection {
+    let mut conn = redis.conn();
+    let _: redis::Value = redis::cmd("PSUBSCRIBE").arg("*").query(&mut conn).expect("PSUBSCRIBE confirmed");
+    conn
 }
 
 /// Also with a monitor subscribed to every channel by pattern: it does not count as the dead

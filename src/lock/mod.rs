@@ -38,6 +38,11 @@ pub use values::{Holder, Kind, Success, rfc3339_ms};
 /// server clock when it is gone, so expiring it is safe).
 const FENCE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The fence counter's TTL for a lock of `ttl`: [`FENCE_TTL`], or longer for a longer lock.
+fn fence_ttl(ttl: Duration) -> Duration {
+    FENCE_TTL.max(ttl * 2)
+}
+
 /// What one acquisition attempt found.
 #[derive(Debug)]
 pub enum Acquired {
@@ -434,7 +439,7 @@ impl Lock {
     /// counters drift apart otherwise, and a later majority could hand out a lower fence.)
     async fn raise_fences(&mut self, g: usize, granted_by: &[usize], fences: &[i64]) -> usize {
         let keys: Vec<&Keys> = self.groups[g].iter().map(|&i| &self.keys[i]).collect();
-        let ttl = FENCE_TTL.max(self.ttl * 2);
+        let ttl = fence_ttl(self.ttl);
         let raised = futures_util::future::join_all(
             self.nodes.iter_mut().enumerate().filter(|(i, _)| granted_by.contains(i)).map(|(_, node)| {
                 let keys = &keys;
@@ -536,7 +541,7 @@ impl Lock {
         let Lock { nodes, keys, groups: all, value, record, ttl, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
-        let release = Release { keep, announce, grant, fence_ttl: FENCE_TTL.max(*ttl * 2) };
+        let release = Release { keep, announce, grant, fence_ttl: fence_ttl(*ttl) };
         let scripts: Vec<_> = all[groups]
             .iter()
             .map(|group| {
@@ -611,7 +616,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
     if let Some((record, _)) = record {
         script.key(record);
     }
-    script.arg(value).arg(millis(ttl)).arg(millis(FENCE_TTL.max(ttl * 2)));
+    script.arg(value).arg(millis(ttl)).arg(millis(fence_ttl(ttl)));
     script.arg(if join { "1" } else { "0" }).arg(millis(QUEUE_ENTRY)).arg(arrival.unwrap_or(0));
     for k in keys {
         script.arg(&k.wake_prefix);

@@ -83,12 +83,6 @@ impl Server {
     }
 }
 
-impl Server {
-    fn conn_addr(&self) -> (std::net::Ipv4Addr, u16) {
-        (std::net::Ipv4Addr::LOCALHOST, self.port)
-    }
-}
-
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.process.kill();
@@ -210,25 +204,21 @@ const GRANT_MS: u64 = 60_000;
 
 /// Subscribes a connection of its own to waiter `w`'s grant channel (the SUBSCRIBE confirmed,
 /// so that a release after this finds it listening).
-fn listen(server: &Server, keys: &Keys, w: usize) -> std::net::TcpStream {
-    use std::io::{Read, Write};
-    let addr = server.conn_addr();
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let channel = keys.grant(&format!("token{w}"));
-    let mut cmd = format!("*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n", channel.len()).into_bytes();
-    cmd.extend_from_slice(&channel);
-    cmd.extend_from_slice(b"\r\n");
-    stream.write_all(&cmd).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    // `*3 $9 subscribe $N channel :1`: confirmed once the count has arrived.
-    while !got.ends_with(b":1\r\n") {
-        let n = stream.read(&mut buf).expect("SUBSCRIBE confirmed");
-        assert!(n > 0, "SUBSCRIBE confirmed");
-        got.extend_from_slice(&buf[..n]);
-    }
-    stream
+fn listen(server: &Server, keys: &Keys, w: usize) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
+    let mut conn = client.get_connection().expect("connect");
+    let _: Value = redis::cmd("SUBSCRIBE")
+        .arg(keys.grant(&format!("token{w}")))
+        .query(&mut conn)
+        .expect("SUBSCRIBE confirmed");
+    conn
+}
+
+/// A new holder's fence is above every earlier one; it becomes the highest.
+fn rises(step: usize, fence: i64, highest: &mut i64) -> Result<(), TestCaseError> {
+    prop_assert!(fence > *highest, "step {}: fence {} not above {}", step, fence, *highest);
+    *highest = fence;
+    Ok(())
 }
 
 /// The lock's value if it is a string, else `None`.
@@ -301,14 +291,7 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                             waiters
                         );
                         let fence: i64 = redis::cmd("GET").arg(&keys.fence).query(conn).unwrap();
-                        prop_assert!(
-                            fence > highest_fence,
-                            "step {}: fence {} not above {}",
-                            i,
-                            fence,
-                            highest_fence
-                        );
-                        highest_fence = fence;
+                        rises(i, fence, &mut highest_fence)?;
                         let in_queue: Option<u64> = redis::cmd("ZSCORE")
                             .arg(&keys.queue)
                             .arg(value(w, kinds[w]))
@@ -392,14 +375,7 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                             Some(Value::BulkString(b)) => std::str::from_utf8(b).unwrap().parse().unwrap(),
                             other => return Err(TestCaseError::fail(format!("step {i}: fence {other:?}"))),
                         };
-                        prop_assert!(
-                            fence > highest_fence,
-                            "step {}: fence {} not above {}",
-                            i,
-                            fence,
-                            highest_fence
-                        );
-                        highest_fence = fence;
+                        rises(i, fence, &mut highest_fence)?;
                         holding.push(w);
                         waiters[w].queued = false;
                         // The permit invariant: never more holders than the kind admits.
