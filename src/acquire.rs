@@ -129,6 +129,7 @@ pub async fn acquire(
                 if guardian.is_none() {
                     // Failing here is not reported: the spawn tries again, and says so.
                     *guardian = Guardian::start().ok();
+                    crate::sys::note_handlers();
                 }
                 // A queued waiter tries again when told its turn has come, and at each
                 // keep-alive (which also notices a lock that expired without a release).

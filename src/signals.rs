@@ -52,8 +52,6 @@ impl Signals {
         }
         pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&handled), None)?;
         let child_exits = Some(signal(SignalKind::child())?);
-        // Every handler the wrapper installs is installed by now.
-        crate::sys::note_handlers();
         Ok(Signals { streams, child_exits })
     }
 

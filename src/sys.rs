@@ -55,9 +55,10 @@ pub fn ignored_at_start(sig: Signal) -> bool {
 /// ignored). Zero: not noted yet, and the spawn looks them up itself.
 static HANDLERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Notes which signals have a handler now (see [`HANDLERS`]). Called once the last handler is
-/// installed (`Signals::install`), so that a run does not look at every signal's disposition
-/// while it starts its command.
+/// Notes which signals have a handler now (see [`HANDLERS`]). Called by a run that has to wait
+/// (every handler is installed by then: `Signals::install`), so that it does not look at every
+/// signal's disposition when the lock comes and it starts its command; a run that does not
+/// wait looks them up at the spawn, and one that finds the lock busy never does.
 pub fn note_handlers() {
     HANDLERS.store(handlers_now(), std::sync::atomic::Ordering::Relaxed);
 }
@@ -245,7 +246,7 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
         };
         // The wrapper's handlers must not run here: back to the defaults (exec would reset them
         // anyway), with SIGPIPE as a command expects it (the wrapper ignores it). Ignored
-        // signals (nohup) stay ignored. Which ones have a handler was noted at start-up.
+        // signals (nohup) stay ignored. Which ones have a handler is known (`HANDLERS`).
         let mut reset = handoff.reset;
         let mut sig = 1;
         while reset != 0 {
