@@ -13,7 +13,6 @@ use crate::exit::Error;
 use crate::lock::keys::GRANT_SUFFIX;
 use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
-use crate::sys::Guardian;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
 const OUTAGE_RETRY: Duration = Duration::from_secs(1);
@@ -53,14 +52,7 @@ pub enum Outcome {
     Unlocked { reason: String },
 }
 
-/// `guardian`: a run that has to wait forks the guardian of its command-to-be meanwhile, so
-/// that the handoff, when it comes, does not wait for that fork (see `sys::Guardian`).
-pub async fn acquire(
-    lock: &mut Lock,
-    config: &Config,
-    signals: &mut Signals,
-    guardian: &mut Option<Guardian>,
-) -> Result<Outcome, Error> {
+pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) -> Result<Outcome, Error> {
     let started = Instant::now();
     let wait_until = started + config.wait;
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
@@ -126,11 +118,7 @@ pub async fn acquire(
                     leave(lock, queued).await;
                     return Err(busy(config, &busy_now));
                 }
-                if guardian.is_none() {
-                    // Failing here is not reported: the spawn tries again, and says so.
-                    *guardian = Guardian::start().ok();
-                    crate::sys::note_handlers();
-                }
+                crate::sys::note_handlers();
                 // A queued waiter tries again when told its turn has come, and at each
                 // keep-alive (which also notices a lock that expired without a release).
                 let retry_in = if queued {

@@ -27,6 +27,44 @@ pub mod vars {
     pub const ALL: [&str; 6] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES];
 }
 
+/// How long the command waits for its exec'd guardian to say that it runs (it started with the
+/// run, and usually has long before the lock is taken) before a forked one takes its place.
+const GUARDIAN_READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The guardian of the command about to start: the run's own once it says it runs (see
+/// `sys::Guardian`), else — its exec failed, someone killed it, or there was none — one forked
+/// now.
+pub async fn ready_guardian(guardian: Option<sys::Guardian>) -> Option<sys::Guardian> {
+    if let Some(mut guardian) = guardian {
+        let deadline = tokio::time::Instant::now() + GUARDIAN_READY_WITHIN;
+        loop {
+            match guardian.ready() {
+                sys::Ready::Yes => return Some(guardian),
+                sys::Ready::Gone => break,
+                sys::Ready::NotYet => {}
+            }
+            let socket = std::os::fd::AsFd::as_fd(&guardian);
+            // SAFETY: the descriptor is the guardian's socket, open for as long as `guardian`
+            // lives, which outlives this registration (dropped at the end of the iteration).
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE)
+            };
+            let Ok(socket) = registered else { break };
+            match tokio::time::timeout_at(deadline, socket.readable()).await {
+                Ok(Ok(mut readable)) => readable.clear_ready(),
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::debug!("the exec'd guardian did not say it runs in time");
+                    break;
+                }
+            }
+        }
+    }
+    sys::Guardian::fork()
+        .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
+        .ok()
+}
+
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
     /// The first key, and every key separated by spaces.
@@ -75,8 +113,7 @@ impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
     /// variables that configure a wrapper, plus the lock's variables.
     ///
-    /// `guardian`: one forked while the run waited for the lock (if it is still alive), else one
-    /// is forked now.
+    /// `guardian`: ready to guard ([`ready_guardian`]); none if none could be started.
     ///
     /// `sigchld`: SIGCHLD as the wrapper registered it at start-up (`Signals::take_child_exits`),
     /// else registered now; either way before the spawn, so the command's exit cannot be missed.
@@ -92,12 +129,6 @@ impl Child {
         };
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        // One forked while the run waited may have been killed meanwhile: then a new one.
-        let guardian = guardian.filter(sys::Guardian::alive).or_else(|| {
-            sys::Guardian::start()
-                .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
-                .ok()
-        });
         let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: guardian.as_ref() };
         sys::become_subreaper();
         let pid = sys::spawn(program, argv, &environment(env), launch).map_err(|e| {

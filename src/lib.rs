@@ -26,6 +26,8 @@ use std::process::ExitCode;
 
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
 pub fn main() -> ExitCode {
+    // A run's guardian process is this program exec'd anew.
+    sys::be_guardian_if_asked();
     let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
         // --help and --version.

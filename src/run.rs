@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::{Outcome, acquire};
-use crate::child::{Child, LockEnv};
+use crate::child::{Child, LockEnv, ready_guardian};
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::{Conn, HANDOVER_SLACK, Lock, Success};
@@ -44,6 +44,9 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
+    // Exec'd now, the guardian starts on another CPU while the lock is taken (`sys::Guardian`);
+    // where it cannot be, one is forked right before the command.
+    let guardian = Guardian::exec().map_err(|e| tracing::debug!("the guardian cannot be exec'd: {e}")).ok();
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
         tracing::warn!(
@@ -61,8 +64,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
-    let mut guardian = None;
-    let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
+    let outcome = acquire(&mut lock, config, &mut signals).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease, handed_over) = match outcome? {
         Outcome::Acquired { fences, lease, queue_position, handed_over } => {
@@ -101,6 +103,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
+    let guardian = ready_guardian(guardian).await;
     let mut child = match Child::spawn(&config.command, &env, guardian, signals.take_child_exits()) {
         Ok(child) => child,
         Err(e) => {
@@ -188,6 +191,7 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
+    let guardian = ready_guardian(guardian).await;
     let mut child = Child::spawn(&config.command, &env, guardian, signals.take_child_exits())?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {

@@ -60,7 +60,9 @@ static HANDLERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// signal's disposition when the lock comes and it starts its command; a run that does not
 /// wait looks them up at the spawn, and one that finds the lock busy never does.
 pub fn note_handlers() {
-    HANDLERS.store(handlers_now(), std::sync::atomic::Ordering::Relaxed);
+    if HANDLERS.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        HANDLERS.store(handlers_now(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 fn handlers_now() -> u64 {
@@ -109,7 +111,7 @@ struct Handoff {
     parent: libc::pid_t,
     foreground: bool,
     no_new_privs: bool,
-    /// The guardian's pipe, or -1.
+    /// The guardian's socket, or -1.
     guardian: libc::c_int,
     /// The signals to set back to their default ([`HANDLERS`]).
     reset: u64,
@@ -121,6 +123,8 @@ use nix::libc;
 /// The command's stack until its exec (searching PATH needs a few KiB; untouched pages cost
 /// nothing).
 const SPAWN_STACK: usize = 256 * 1024;
+/// The guardian's stack until its exec (two system calls).
+const GUARDIAN_STACK: usize = 64 * 1024;
 const GUARD_PAGE: usize = 64 * 1024;
 
 /// Starts `program` (searched in PATH as execvp(3) does, a script without `#!` run by
@@ -128,13 +132,9 @@ const GUARD_PAGE: usize = 64 * 1024;
 /// `envp` ("NAME=value" each), sharing stdio with the wrapper; returns its pid once its exec
 /// has happened, or the error that stopped it.
 ///
-/// Like posix_spawn(3), the new process runs in the wrapper's memory until it execs, and the
-/// wrapper waits meanwhile (`CLONE_VM | CLONE_VFORK`): nothing is copied, and the wrapper's
-/// pages do not fault on their next write as they do after a fork (150–200 µs a run,
-/// BENCHMARKS.md). posix_spawn itself cannot set the parent-death signal, which is why this is
-/// done here. Between the clone and the exec the new process makes only async-signal-safe
-/// system calls, on its own stack, with every signal blocked until its handlers are reset, so
-/// no handler of the wrapper ever runs in it.
+/// Like posix_spawn(3), the new process runs in the wrapper's memory until it execs
+/// ([`clone_until_exec`]); posix_spawn itself cannot set the parent-death signal, which is why
+/// this is done here. The new process resets the wrapper's handlers before it unblocks signals.
 pub fn spawn(
     program: &std::ffi::OsStr,
     argv: &[std::ffi::OsString],
@@ -170,60 +170,17 @@ pub fn spawn(
         parent: nix::unistd::getpid().as_raw(),
         foreground: launch.foreground,
         no_new_privs: launch.no_new_privs,
-        guardian: launch.guardian.map_or(-1, Guardian::pipe),
+        guardian: launch.guardian.map_or(-1, Guardian::socket),
         reset: match HANDLERS.load(std::sync::atomic::Ordering::Relaxed) {
             0 => handlers_now(),
             noted => noted,
         },
         errno: 0,
     };
-    // SAFETY: a fresh private anonymous mapping, unmapped below once the new process has
-    // exec'd or exited (CLONE_VFORK returns only then); its lowest page is a guard page, so
-    // that an overflow faults instead of writing into the wrapper's memory.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            SPAWN_STACK + GUARD_PAGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the mapping just made; used by nobody yet.
-    let unmap = || unsafe { libc::munmap(stack, SPAWN_STACK + GUARD_PAGE) };
-    // SAFETY: the lowest page of that mapping.
-    if unsafe { libc::mprotect(stack, GUARD_PAGE, libc::PROT_NONE) } != 0 {
-        let e = io::Error::last_os_error();
-        unmap();
-        return Err(e);
-    }
-    let mut old = SigSet::empty();
-    if let Err(e) = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old)) {
-        unmap();
-        return Err(e.into());
-    }
-    // SAFETY: the stack is ours and large enough; `launched` only reads `handoff` (alive on this
-    // thread's stack, which CLONE_VFORK suspends until the exec) and what it points to, and
-    // writes its `errno` and the second word of `sh_argv` (a vector of this frame).
-    let pid = unsafe {
-        libc::clone(
-            launched,
-            stack.cast::<u8>().add(SPAWN_STACK + GUARD_PAGE).cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&raw mut handoff).cast(),
-        )
-    };
-    let clone_error = io::Error::last_os_error();
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    // The new process has left the stack (exec'd or exited).
-    unmap();
-    if pid < 0 {
-        return Err(clone_error);
-    }
+    // SAFETY: `launched` makes only async-signal-safe calls and ends in exec or _exit; it reads
+    // `handoff` (alive in this frame, which CLONE_VFORK suspends until the exec) and what it
+    // points to, and writes its `errno` and the second word of `sh_argv` (a vector of this frame).
+    let pid = unsafe { clone_until_exec(launched, (&raw mut handoff).cast(), SPAWN_STACK) }?;
     // SAFETY: read after CLONE_VFORK returned: the new process no longer runs in this memory.
     let errno = unsafe { std::ptr::read_volatile(&raw const handoff.errno) };
     if errno != 0 {
@@ -232,6 +189,83 @@ pub fn spawn(
         return Err(io::Error::from_raw_os_error(errno));
     }
     Ok(Pid::from_raw(pid))
+}
+
+/// A stack for a new process that runs in the wrapper's memory until its exec: a fresh private
+/// mapping whose lowest [`GUARD_PAGE`] bytes are a guard, so that an overflow faults instead of
+/// writing into the wrapper's memory. Unmapped when dropped.
+struct CloneStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl CloneStack {
+    fn new(size: usize) -> io::Result<Self> {
+        let len = size + GUARD_PAGE;
+        // SAFETY: asks for a fresh private anonymous mapping; nothing else is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = CloneStack { base, len };
+        // SAFETY: the lowest pages of the mapping just made, used by nobody yet.
+        if unsafe { libc::mprotect(base, GUARD_PAGE, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// Where the stack starts (it grows down).
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which is `len` bytes long.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for CloneStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, used by no process any more (see `clone_until_exec`).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Starts a child process (SIGCHLD when it ends) that runs `entry(arg)` in the wrapper's memory,
+/// on a stack of its own, with every signal blocked, and returns its pid once it has exec'd or
+/// exited. Like posix_spawn(3) (`CLONE_VM | CLONE_VFORK`): nothing is copied, and the wrapper's
+/// pages do not fault on their next write as they do after a fork (BENCHMARKS.md). The blocked
+/// signals keep the wrapper's handlers from ever running in it; `entry` resets or keeps them
+/// across its exec.
+///
+/// # Safety
+/// `entry` may make only async-signal-safe calls (nothing that allocates or locks), may touch
+/// only what `arg` points to and its own stack, and must end in exec or `_exit`; what `arg`
+/// points to must live until this returns.
+unsafe fn clone_until_exec(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    stack_size: usize,
+) -> io::Result<libc::pid_t> {
+    let stack = CloneStack::new(stack_size)?;
+    let mut old = SigSet::empty();
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
+    // SAFETY: the stack is the new process's alone and large enough for `entry` (the caller's
+    // promise); CLONE_VFORK suspends this thread until the new process has left it.
+    let pid =
+        unsafe { libc::clone(entry, stack.top(), libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) };
+    let clone_error = io::Error::last_os_error();
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    // The new process has left the stack (exec'd or exited): `stack` is unmapped here.
+    drop(stack);
+    if pid < 0 { Err(clone_error) } else { Ok(pid) }
 }
 
 /// The command's process from the clone to its exec, in the wrapper's memory.
@@ -341,9 +375,29 @@ fn candidates(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<
 /// - while the wrapper is suspended with its command (job control), it wakes the wrapper
 ///   (SIGCONT) as soon as the command runs again — continued by someone other than the
 ///   wrapper — so that nothing of the command ever runs while nothing renews its lock.
+///
+/// It is this same program exec'd anew (`/proc/self/exe`, run by [`be_guardian_if_asked`]),
+/// started when a run starts: its exec and start-up then happen on another CPU while the run
+/// connects and takes the lock, and the wrapper pays a clone (no fork: copying the wrapper's
+/// page tables, then a fault on the wrapper's next write to every page they share for as long
+/// as the guardian lives, cost about 0.1–0.2 ms of a 2 ms run; BENCHMARKS.md). It must not
+/// share the wrapper's memory once it runs: the OOM killer kills every process sharing the
+/// memory of the one it picks. Where it cannot be exec'd (no /proc, a security policy, a
+/// processor this file has no bare `execve` for), it is forked instead, right before the
+/// command (a fork costs more the earlier it is made).
 pub struct Guardian {
-    /// Our end of the pipe: closed by the kernel when the wrapper dies.
-    write: std::os::fd::OwnedFd,
+    /// Our end of the socket pair: closed by the kernel when the wrapper dies.
+    socket: std::os::fd::OwnedFd,
+    /// An exec'd guardian that has not said yet that it runs.
+    starting: Option<Starting>,
+}
+
+/// What an exec'd guardian's process uses in the wrapper's memory until its exec, kept until
+/// it says it runs (or has exited).
+#[expect(dead_code, reason = "held, not read: their memory must stay until then")]
+struct Starting {
+    stack: CloneStack,
+    exec: Box<GuardianExec>,
 }
 
 /// What the guardian is told, one byte each; `GUARD` is followed by the command's pid (4 bytes,
@@ -352,61 +406,247 @@ const DISMISS: u8 = b'x';
 const WATCH: u8 = b's';
 const UNWATCH: u8 = b'r';
 const GUARD: u8 = b'p';
+/// What an exec'd guardian says once it runs.
+const RUNS: u8 = b'g';
+
+/// Whether the guardian can be told the command's pid.
+pub enum Ready {
+    Yes,
+    /// An exec'd guardian that has not said yet that it runs.
+    NotYet,
+    /// Gone: its exec failed, or someone killed it.
+    Gone,
+}
 
 impl Guardian {
-    /// Forks the guardian, right before the command is started: the command's own process
-    /// tells it its pid before its exec (see [`spawn`]), so that there is no moment when the
-    /// command runs and a SIGKILLed wrapper would leave its group behind. (Forked earlier in a
-    /// run it costs more: every page a fork shares faults on the wrapper's next write for as
-    /// long as the guardian lives; BENCHMARKS.md.)
-    pub fn start() -> io::Result<Self> {
+    /// Starts the guardian as a new exec of this program, without waiting for the exec: its
+    /// process shares the wrapper's memory until then, with every signal blocked, and makes a
+    /// single system call (the exec, bare: the C library's would write the wrapper's `errno`).
+    /// It can guard a command once it says it runs ([`Guardian::ready`]).
+    pub fn exec() -> io::Result<Self> {
         use std::os::fd::AsRawFd;
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let (read_fd, write_fd) = (read.as_raw_fd(), write.as_raw_fd());
+        if !BARE_EXECVE {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        let (socket, theirs) = socket_pair()?;
+        // Theirs survives the exec (the guardian moves it to stdin); ours and every other
+        // descriptor of the wrapper's do not.
+        nix::fcntl::fcntl(&theirs, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+        let strings = [nix::unistd::getpid().as_raw().to_string(), theirs.as_raw_fd().to_string()]
+            .map(|s| std::ffi::CString::new(s).expect("a number has no NUL byte"));
+        let mut exec = Box::new(GuardianExec {
+            argv: [GUARDIAN_ARGV0.as_ptr(), strings[0].as_ptr(), strings[1].as_ptr(), std::ptr::null()],
+            strings,
+        });
+        let stack = CloneStack::new(GUARDIAN_STACK)?;
+        let mut old = SigSet::empty();
+        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
+        // SAFETY: the stack is the new process's alone; `guardian_exec` only reads `exec` and
+        // what it points to, which live in `Starting` until it has exec'd or exited, and makes
+        // no call that writes memory the wrapper uses.
+        let pid = unsafe {
+            libc::clone(guardian_exec, stack.top(), libc::CLONE_VM | libc::SIGCHLD, (&raw mut *exec).cast())
+        };
+        let clone_error = io::Error::last_os_error();
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        Ok(Guardian { socket, starting: Some(Starting { stack, exec }) })
+    }
+
+    /// Forks the guardian (where it cannot be exec'd): it runs at once.
+    pub fn fork() -> io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let (socket, theirs) = socket_pair()?;
         let wrapper = nix::unistd::getpid().as_raw();
         let open_max = open_max();
-        // SAFETY: the child only makes async-signal-safe system calls (signal, close_range,
-        // close, dup2, setpgid, read, poll, open, kill, _exit) and never returns into Rust code
-        // that could allocate or lock.
+        // SAFETY: the child only makes async-signal-safe system calls (close and those of
+        // `guard`) and never returns into Rust code that could allocate or lock.
         match unsafe { nix::unistd::fork() }? {
-            nix::unistd::ForkResult::Child => unsafe { guard(read_fd, write_fd, wrapper, open_max) },
-            nix::unistd::ForkResult::Parent { .. } => {
-                drop(read);
-                Ok(Guardian { write })
-            }
+            nix::unistd::ForkResult::Child => unsafe {
+                libc::close(socket.as_raw_fd());
+                guard(theirs.as_raw_fd(), wrapper, open_max, false)
+            },
+            nix::unistd::ForkResult::Parent { .. } => Ok(Guardian { socket, starting: None }),
         }
     }
 
-    /// Whether the guardian is still there to read its pipe (someone may have SIGKILLed it
-    /// while the run waited for the lock): the pipe reports an error once no one can read it.
-    pub fn alive(&self) -> bool {
-        let mut fd = libc::pollfd { fd: self.pipe(), events: 0, revents: 0 };
+    /// Whether the guardian can guard a command now, without waiting.
+    pub fn ready(&mut self) -> Ready {
+        let mut fd = libc::pollfd { fd: self.socket(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd, alive across the call; a zero timeout: nothing waits.
-        let ready = unsafe { libc::poll(&mut fd, 1, 0) };
-        !(ready > 0 && fd.revents & libc::POLLERR != 0)
+        let polled = unsafe { libc::poll(&mut fd, 1, 0) };
+        let news = if polled > 0 { fd.revents } else { 0 };
+        if self.starting.is_some() && news != 0 {
+            // It said it runs, or it is gone (its end closed): either way its process has left
+            // the wrapper's memory, and what it used there can go.
+            self.starting = None;
+            let mut said = [0u8; 1];
+            if nix::unistd::read(&self.socket, &mut said) != Ok(1) || said[0] != RUNS {
+                return Ready::Gone;
+            }
+        }
+        if news & (libc::POLLHUP | libc::POLLERR) != 0 {
+            // No one reads its socket any more: someone killed it (even after it said it runs).
+            return Ready::Gone;
+        }
+        if self.starting.is_some() { Ready::NotYet } else { Ready::Yes }
     }
 
-    /// The descriptor the command's process writes its pid to (see [`spawn`]).
-    fn pipe(&self) -> libc::c_int {
+    /// Its socket's descriptor (readable when [`Guardian::ready`] has news).
+    fn socket(&self) -> libc::c_int {
         use std::os::fd::AsRawFd;
-        self.write.as_raw_fd()
+        self.socket.as_raw_fd()
     }
 
     /// The wrapper is about to stop itself with its stopped command: wake it if the command
     /// runs again first.
     pub fn watch(&self) {
-        let _ = nix::unistd::write(&self.write, &[WATCH]);
+        let _ = nix::unistd::write(&self.socket, &[WATCH]);
     }
 
     /// The wrapper runs again.
     pub fn unwatch(&self) {
-        let _ = nix::unistd::write(&self.write, &[UNWATCH]);
+        let _ = nix::unistd::write(&self.socket, &[UNWATCH]);
     }
 
     /// The command's group is gone: the guardian may leave without doing anything.
     pub fn dismiss(self) {
-        let _ = nix::unistd::write(&self.write, &[DISMISS]);
+        let _ = nix::unistd::write(&self.socket, &[DISMISS]);
     }
+}
+
+impl std::os::fd::AsFd for Guardian {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // An exec'd guardian that has not said it runs may still be before its exec, in the
+        // wrapper's memory (a wrapper that leaves before its command starts, or gave up waiting
+        // for it): what it uses there stays (a few pages, once in a run).
+        if let Some(starting) = self.starting.take() {
+            std::mem::forget(starting);
+        }
+    }
+}
+
+/// A connected pair of Unix stream sockets, close-on-exec: ours, the guardian's.
+fn socket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    Ok((ours.into(), theirs.into()))
+}
+
+/// argv[0] of an exec'd guardian (what `ps` shows, followed by its wrapper's pid).
+const GUARDIAN_ARGV0: &std::ffi::CStr = c"redlock-run: guardian";
+
+/// The exec'd guardian's argv: `GUARDIAN_ARGV0`, the wrapper's pid, its socket's descriptor.
+struct GuardianExec {
+    argv: [*const libc::c_char; 4],
+    /// What `argv` points to.
+    #[expect(dead_code, reason = "held, not read: `argv` points into them")]
+    strings: [std::ffi::CString; 2],
+}
+
+/// The guardian's process from its clone to its exec, in the wrapper's memory, every signal
+/// blocked (the exec sets the wrapper's handlers back to their defaults; the guardian unblocks
+/// signals once it ignores those it must outlive). The wrapper runs on meanwhile: only the
+/// bare exec is made, and `_exit` if it fails.
+extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `GuardianExec` the wrapper keeps until this process has left its
+    // memory; its strings are NUL-terminated.
+    unsafe {
+        let exec = &*arg.cast::<GuardianExec>();
+        let envp = [std::ptr::null::<libc::c_char>()];
+        bare_execve(c"/proc/self/exe".as_ptr(), exec.argv.as_ptr(), envp.as_ptr());
+        libc::_exit(127)
+    }
+}
+
+/// Whether this processor has a [`bare_execve`].
+const BARE_EXECVE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// execve(2) as a bare system call, which returns only if it failed. Unlike the C library's,
+/// it writes no `errno`: a process that shares the wrapper's memory shares its thread-local
+/// `errno` too, which the wrapper may be about to read.
+///
+/// # Safety
+/// As execve(2): NUL-terminated strings, null-terminated arrays.
+#[cfg(target_arch = "x86_64")]
+unsafe fn bare_execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) {
+    // SAFETY: the x86-64 Linux system-call convention: number in rax, arguments in rdi, rsi,
+    // rdx; rax, rcx and r11 are overwritten.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_execve => _,
+            in("rdi") path,
+            in("rsi") argv,
+            in("rdx") envp,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+}
+
+/// See the x86-64 one.
+///
+/// # Safety
+/// As execve(2): NUL-terminated strings, null-terminated arrays.
+#[cfg(target_arch = "aarch64")]
+unsafe fn bare_execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) {
+    // SAFETY: the AArch64 Linux system-call convention: number in x8, arguments in x0, x1, x2,
+    // the result in x0.
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            in("x8") libc::SYS_execve,
+            inlateout("x0") path => _,
+            in("x1") argv,
+            in("x2") envp,
+            options(nostack),
+        );
+    }
+}
+
+/// Never called: [`BARE_EXECVE`] is false here.
+///
+/// # Safety
+/// None needed.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+unsafe fn bare_execve(_: *const libc::c_char, _: *const *const libc::c_char, _: *const *const libc::c_char) {}
+
+/// Becomes the guardian when this process was exec'd as one (see [`Guardian`]): argv
+/// `redlock-run: guardian WRAPPER-PID FD`, FD its socket; it then never returns. Otherwise
+/// returns at once: a run starts.
+pub fn be_guardian_if_asked() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut args = std::env::args_os();
+    if args.next().is_none_or(|arg0| arg0.as_bytes() != GUARDIAN_ARGV0.to_bytes()) {
+        return;
+    }
+    let number = |arg: Option<std::ffi::OsString>| arg?.to_str()?.parse::<i32>().ok();
+    let (Some(wrapper), Some(socket), None) = (number(args.next()), number(args.next()), args.next()) else {
+        return;
+    };
+    // Named like its wrapper for `pkill redlock-run` and `ps -C`, whose signals it ignores
+    // (an exec through /proc/self/exe would be named "exe").
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"redlock-run".as_ptr(), 0, 0, 0) };
+    // SAFETY: a process of its own, exec'd for this: nothing else runs in it.
+    unsafe { guard(socket, wrapper, open_max(), true) }
 }
 
 /// The highest descriptor number a process may open, plus one (the soft RLIMIT_NOFILE, at most
@@ -419,7 +659,7 @@ fn open_max() -> i32 {
 }
 
 /// The fewest descriptors a run may be allowed (`ulimit -n`): its own need is about a dozen
-/// (the runtime, a connection per Redis node and one for announcements, the guardian's pipe),
+/// (the runtime, a connection per Redis node and one for announcements, the guardian's socket),
 /// with room to spare for Redlock quorums and several keys.
 pub const MIN_DESCRIPTORS: u64 = 64;
 
@@ -481,22 +721,27 @@ fn stat_path(pid: i32) -> [u8; 32] {
     path
 }
 
-/// The guardian's whole life, between fork and `_exit`.
+/// The guardian's whole life, reading its socket `socket`, until `_exit`; `announce`: says
+/// that it runs once it is ready (an exec'd guardian; see [`Guardian::ready`]).
 ///
 /// # Safety
-/// Only to be called in a freshly forked child; it never returns.
-unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
+/// Only to be called in a process of its own (exec'd or freshly forked) that holds no other
+/// end of the socket pair; it never returns.
+unsafe fn guard(socket: i32, wrapper: i32, open_max: i32, announce: bool) -> ! {
     // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
     unsafe {
-        libc::close(write_fd);
         // Out of the wrapper's process group, so that signals meant for it pass by.
         libc::setpgid(0, 0);
         for sig in GUARDIAN_IGNORES {
             libc::signal(sig, libc::SIG_IGN);
         }
-        // Keep nothing open but the pipe (not stdout: a reader waiting for EOF must get it).
-        if libc::dup2(read_fd, 0) < 0 {
+        // An exec'd guardian starts with every signal blocked; those it ignores are discarded.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // Keep nothing open but the socket (not stdout: a reader waiting for EOF must get it).
+        if socket != 0 && libc::dup2(socket, 0) < 0 {
             libc::_exit(1);
         }
         // One close_range(2) (Linux 5.9) instead of a close per possible descriptor; where the
@@ -505,6 +750,10 @@ unsafe fn guard(read_fd: i32, write_fd: i32, wrapper: i32, open_max: i32) -> ! {
             for fd in 1..open_max {
                 libc::close(fd);
             }
+        }
+        if announce && libc::write(0, [RUNS].as_ptr().cast(), 1) != 1 {
+            // The wrapper is gone already, before its command started.
+            libc::_exit(0);
         }
         // The command, once it has said its pid: its process group and its /proc stat file.
         let mut command: Option<(i32, [u8; 32])> = None;

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
@@ -652,9 +652,9 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
     assert!(died, "the command outlived its wrapper");
 }
 
-/// A waiter's guardian killed while it waits (a `pkill -KILL -f` matching the wrapper's command
-/// line takes it too) is replaced when the command starts: the run goes on, guarded, instead of
-/// ending with 126 ("Broken pipe" from the dead guardian's pipe).
+/// A waiter's guardian killed while it waits (a `pkill -KILL` matching it) is replaced when the
+/// command starts: the run goes on, guarded, instead of ending with 126 ("Broken pipe" from the
+/// dead guardian's socket), even when the guardian had said it runs before it was killed.
 #[test]
 fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     let redis = RedisServer::start();
@@ -670,8 +670,14 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("waiter");
-    let early = find_guardian(waiter.id(), -1).expect("a waiter forks its guardian while it waits");
+    let early = find_guardian(waiter.id(), -1).expect("a run starts its guardian as it starts");
+    // Killed once it has said it runs: exec'd, and asleep waiting for news from its wrapper.
+    let said = wait_until(Duration::from_secs(5), || {
+        let cmdline = std::fs::read(format!("/proc/{early}/cmdline")).unwrap_or_default();
+        cmdline.starts_with(b"redlock-run: guardian\0") && process_state(early as u32).as_deref() == Some("S")
+    });
     kill(Pid::from_raw(early), Signal::SIGKILL).unwrap();
+    assert!(said, "the guardian was exec'd and waits");
     assert!(wait_bounded(&mut holder, LIMIT).success());
     let started = wait_until(Duration::from_secs(10), || waiter_pid.exists());
     if !started {
@@ -688,8 +694,8 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     assert!(gone, "the command's group outlived its wrapper: {:?}", group_members(pid));
 }
 
-/// A run that waits forks its guardian while it waits (so the handoff does not wait for the
-/// fork). That guardian then guards the command like any other: a SIGKILLed waiter-turned-
+/// A run starts its guardian as it starts (exec'd, it is ready by the time the lock is handed
+/// over). That guardian then guards the command like any other: a SIGKILLed waiter-turned-
 /// holder takes its command's whole group with it. A waiter that gives up leaves nothing behind.
 #[test]
 fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
@@ -709,8 +715,8 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
         .stderr(Stdio::null())
         .spawn()
         .expect("quitter");
-    // Its guardian, forked while it waits.
-    let early = find_guardian(quitter.id(), -1).expect("a waiter forks its guardian while it waits");
+    // Its guardian, started with the run.
+    let early = find_guardian(quitter.id(), -1).expect("a run starts its guardian as it starts");
     assert_eq!(wait_bounded(&mut quitter, LIMIT).code(), Some(75));
     assert!(wait_until(Duration::from_secs(2), || !process_alive(early)), "the guardian outlived its waiter");
     let mut waiter = redlock(&redis)
@@ -727,4 +733,99 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
     let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
     assert!(wait_bounded(&mut holder, LIMIT).success());
     assert!(gone, "the waiter's command group outlived it: {:?}", group_members(pid));
+}
+
+/// The exec'd guardians of wrapper `wrapper`, by their command line (README § The child
+/// process: `redlock-run: guardian WRAPPER-PID FD`), wherever they were re-parented.
+fn execd_guardians_of(wrapper: u32) -> Vec<i32> {
+    let prefix = format!("redlock-run: guardian\0{wrapper}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+        })
+        .collect()
+}
+
+/// The guardian is a process of its own, exec'd anew: it shares no memory with its wrapper (the
+/// OOM killer kills every process that shares the memory of the one it picks, and would take
+/// it along with the wrapper), `ps` names it for what it is, and `pkill redlock-run` finds it.
+#[test]
+fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
+    /// kcmp(2)'s KCMP_VM: 0 when two processes share one address space.
+    const KCMP_VM: i64 = 1;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let (mut wrapper, pgid) =
+        spawn_recorded(&redis, &["-k", "lock:own", "--ttl", "5s"], "exec sleep 30", &pidfile);
+    let seen = find_guardian(wrapper.id(), pgid).map(|g| {
+        let cmdline = std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default();
+        let comm = std::fs::read_to_string(format!("/proc/{g}/comm")).unwrap_or_default();
+        // SAFETY: kcmp only compares two processes' kernel objects.
+        let shared = unsafe { libc::syscall(libc::SYS_kcmp, g, wrapper.id() as i32, KCMP_VM, 0, 0) };
+        (cmdline, comm, shared)
+    });
+    kill(Pid::from_raw(-pgid), Signal::SIGKILL).unwrap();
+    let _ = wait_bounded(&mut wrapper, LIMIT);
+    let (cmdline, comm, shared) = seen.expect("found the guardian");
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.starts_with(&format!("redlock-run: guardian {} ", wrapper.id())), "{cmdline:?}");
+    assert_eq!(comm.trim(), "redlock-run");
+    assert!(shared > 0, "kcmp(KCMP_VM) = {shared}: the guardian shares its wrapper's memory");
+}
+
+/// A run that finds the lock busy leaves no guardian behind (it started one with the run).
+#[test]
+fn a_run_that_finds_the_lock_busy_leaves_no_guardian_behind() {
+    let redis = RedisServer::start();
+    let _: () = redis.cmd(&[b"SET", b"lock:skipped", b"someone-else", b"PX", b"30000"]);
+    for _ in 0..3 {
+        let mut run =
+            redlock(&redis).args(["-k", "lock:skipped", "--", "true"]).stderr(Stdio::null()).spawn().unwrap();
+        let pid = run.id();
+        assert_eq!(wait_bounded(&mut run, LIMIT).code(), Some(75));
+        assert!(
+            wait_until(Duration::from_secs(2), || execd_guardians_of(pid).is_empty()),
+            "its guardian stayed: {:?}",
+            execd_guardians_of(pid)
+        );
+    }
+}
+
+/// Where the guardian cannot be exec'd (here /proc is hidden, so /proc/self/exe is missing), one
+/// is forked right before the command instead, and guards it the same: the SIGKILLed wrapper's
+/// command and its background job die with it.
+#[test]
+fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
+    if Command::new("unshare").args(["--mount", "true"]).status().map(|s| !s.success()).unwrap_or(true) {
+        eprintln!("skipped: cannot create a mount namespace here (needs root and util-linux unshare)");
+        return;
+    }
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut wrapper = Command::new("unshare")
+        .args(["--mount", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\" \"$@\"", BIN])
+        .args(["--redis-url", &redis.url(), "-k", "lock:noexec", "--ttl", "5s", "--"])
+        .args(recorded("sleep 100 & exec sleep 100"))
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn unshare");
+    let pgid = recorded_pid(&pidfile);
+    let members = wait_until(Duration::from_secs(2), || group_members(pgid).len() == 2);
+    // unshare and sh exec'd the wrapper: it has the pid of the process spawned here.
+    let cmdline = find_guardian(wrapper.id(), pgid).map(|g| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default()).into_owned()
+    });
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || group_members(pgid).is_empty());
+    let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
+    assert!(members, "the command and its job run");
+    let cmdline = cmdline.expect("found the guardian");
+    assert!(cmdline.starts_with(BIN), "a forked guardian has its wrapper's command line: {cmdline:?}");
+    assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }

@@ -320,11 +320,6 @@ fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
     (child, master)
 }
 
-fn process_state(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned())
-}
-
 /// On a terminal the command is the foreground process group: it can read the terminal, and
 /// one Ctrl-C reaches it once.
 #[test]

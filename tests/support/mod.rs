@@ -533,6 +533,12 @@ pub fn group_members(pgid: i32) -> Vec<i32> {
     members
 }
 
+/// A process's state letter (R, S, T, Z, …) from /proc, if it exists.
+pub fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned())
+}
+
 pub fn process_alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
