@@ -31,15 +31,19 @@ pub mod vars {
 /// run, and usually has long before the lock is taken) before a forked one takes its place.
 const GUARDIAN_READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The guardian of the command about to start: the run's own once it says it runs (see
+/// The guardian of the command `argv` about to start: the run's own once it says it runs (see
 /// `sys::Guardian`), else — its exec failed, someone killed it, or there was none — one forked
-/// now.
-pub async fn ready_guardian(guardian: Option<sys::Guardian>) -> Option<sys::Guardian> {
+/// now. None at all (out of processes or descriptors): the command is not run (126), since
+/// nothing would kill what it starts if the wrapper were killed.
+pub async fn ready_guardian(
+    argv: &[OsString],
+    guardian: Option<sys::Guardian>,
+) -> Result<sys::Guardian, Error> {
     if let Some(mut guardian) = guardian {
         let deadline = tokio::time::Instant::now() + GUARDIAN_READY_WITHIN;
         loop {
             match guardian.ready() {
-                sys::Ready::Yes => return Some(guardian),
+                sys::Ready::Yes => return Ok(guardian),
                 sys::Ready::Gone => break,
                 sys::Ready::NotYet => {}
             }
@@ -60,9 +64,16 @@ pub async fn ready_guardian(guardian: Option<sys::Guardian>) -> Option<sys::Guar
             }
         }
     }
-    sys::Guardian::fork()
-        .map_err(|e| tracing::warn!("cannot start the guardian of the command's group: {e}"))
-        .ok()
+    forked_guardian(argv)
+}
+
+/// A guardian forked now, or why the command `argv` cannot run (see [`ready_guardian`]).
+fn forked_guardian(argv: &[OsString]) -> Result<sys::Guardian, Error> {
+    sys::Guardian::fork().map_err(|e| Error::Spawn {
+        command: argv.first().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        reason: format!("cannot start the guardian of its process group: {e}"),
+        code: status::NOT_EXECUTABLE,
+    })
 }
 
 /// Environment the command receives from the wrapper.
@@ -113,14 +124,15 @@ impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
     /// variables that configure a wrapper, plus the lock's variables.
     ///
-    /// `guardian`: ready to guard ([`ready_guardian`]); none if none could be started.
+    /// `guardian`: ready to guard ([`ready_guardian`]); one that dies before the command's
+    /// process has told it its pid is replaced by a forked one.
     ///
     /// `sigchld`: SIGCHLD as the wrapper registered it at start-up (`Signals::take_child_exits`),
     /// else registered now; either way before the spawn, so the command's exit cannot be missed.
     pub fn spawn(
         argv: &[OsString],
         env: &LockEnv,
-        guardian: Option<sys::Guardian>,
+        guardian: sys::Guardian,
         sigchld: Option<SignalStream>,
     ) -> Result<Child, Error> {
         let sigchld = match sigchld {
@@ -129,23 +141,31 @@ impl Child {
         };
         let program = argv.first().expect("clap requires a command");
         let foreground = sys::foreground_terminal();
-        let launch = sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: guardian.as_ref() };
         sys::become_subreaper();
-        let pid = sys::spawn(program, argv, &environment(env), launch).map_err(|e| {
-            if foreground {
-                // The child may have taken the terminal before its exec failed.
-                sys::give_terminal_to(nix::unistd::getpgrp());
-            }
-            spawn_error(program, &e)
-        });
-        let pid = match pid {
-            Ok(pid) => pid,
-            Err(e) => {
-                // Nothing to guard: the command's process is gone (its pid may be reused).
-                if let Some(guardian) = guardian {
-                    guardian.dismiss();
+        let envp = environment(env);
+        let mut guardian = guardian;
+        // Bounded: a guardian forked an instant ago that is killed before the command's process
+        // tells it its pid, three times running, is somebody's doing, and reported as such.
+        let mut tries = 3;
+        let pid = loop {
+            let launch =
+                sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: Some(&guardian) };
+            match sys::spawn(program, argv, &envp, launch) {
+                Err(e) if sys::GuardianGone::is(&e) && tries > 1 => {
+                    tries -= 1;
+                    tracing::debug!("the guardian died as the command started: another one is forked");
+                    guardian = forked_guardian(argv)?;
                 }
-                return Err(e);
+                Err(e) => {
+                    if foreground {
+                        // The child may have taken the terminal before its exec failed.
+                        sys::give_terminal_to(nix::unistd::getpgrp());
+                    }
+                    // Nothing to guard: the command's process is gone (its pid may be reused).
+                    guardian.dismiss();
+                    return Err(spawn_error(program, &e));
+                }
+                Ok(pid) => break pid,
             }
         };
         if foreground {
@@ -153,7 +173,7 @@ impl Child {
             // touches the terminal before the child's own call.
             sys::give_terminal_to(pid);
         }
-        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guardian })
+        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guardian: Some(guardian) })
     }
 
     /// Whether the command's group is the terminal's foreground group.
@@ -440,5 +460,31 @@ mod tests {
         for name in super::vars::ALL {
             assert!(!configuring.contains(&name), "{name} configures a wrapper");
         }
+    }
+
+    /// A guardian that dies after the last look at it, before the command's process tells it
+    /// its pid, is replaced: the command runs, guarded, instead of failing with "Broken pipe".
+    #[tokio::test]
+    async fn a_guardian_that_dies_as_the_command_starts_is_replaced() {
+        use super::{Child, Event, LockEnv, sys};
+        let dead = sys::Guardian::fork().expect("fork a guardian");
+        let _ = nix::sys::signal::kill(dead.pid(), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(dead.pid(), None);
+        let env = LockEnv {
+            key: "k".into(),
+            keys: "k".into(),
+            token: None,
+            fence: None,
+            fences: None,
+            ttl_ms: 1000,
+            no_new_privs: false,
+        };
+        let argv = ["sh".into(), "-c".into(), "exit 7".into()];
+        let mut child =
+            Child::spawn(&argv, &env, dead, None).expect("the command runs, with another guardian");
+        let replacement = child.guardian.as_mut().expect("guarded");
+        assert!(matches!(replacement.ready(), sys::Ready::Yes), "the replacement guardian runs");
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
+        assert!(matches!(ended, Ok(Event::Exited(7))), "the command ran to its end");
     }
 }

@@ -73,6 +73,8 @@ pub fn main() -> ExitCode {
             }
         }
     });
+    // No guardian left a zombie for an init that may never reap it.
+    sys::reap_guardians();
     match result {
         Ok(code) => ExitCode::from(code),
         // With -q a busy lock is an expected outcome, like a skipped run: cron mails nothing.

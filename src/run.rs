@@ -103,8 +103,11 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let guardian = ready_guardian(guardian).await;
-    let mut child = match Child::spawn(&config.command, &env, guardian, signals.take_child_exits()) {
+    let spawned = match ready_guardian(&config.command, guardian).await {
+        Ok(guardian) => Child::spawn(&config.command, &env, guardian, signals.take_child_exits()),
+        Err(e) => Err(e),
+    };
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
@@ -191,7 +194,7 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let guardian = ready_guardian(guardian).await;
+    let guardian = ready_guardian(&config.command, guardian).await?;
     let mut child = Child::spawn(&config.command, &env, guardian, signals.take_child_exits())?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {

@@ -116,6 +116,8 @@ struct Handoff {
     /// The signals to set back to their default ([`HANDLERS`]).
     reset: u64,
     errno: libc::c_int,
+    /// The guardian could not be told the pid: it is gone (someone killed it).
+    guardian_gone: bool,
 }
 
 use nix::libc;
@@ -176,6 +178,7 @@ pub fn spawn(
             noted => noted,
         },
         errno: 0,
+        guardian_gone: false,
     };
     // SAFETY: `launched` makes only async-signal-safe calls and ends in exec or _exit; it reads
     // `handoff` (alive in this frame, which CLONE_VFORK suspends until the exec) and what it
@@ -186,9 +189,33 @@ pub fn spawn(
     if errno != 0 {
         // It exited without exec'ing: reap it here, its status means nothing.
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        // SAFETY: as `errno` above.
+        if unsafe { std::ptr::read_volatile(&raw const handoff.guardian_gone) } {
+            return Err(io::Error::other(GuardianGone));
+        }
         return Err(io::Error::from_raw_os_error(errno));
     }
     Ok(Pid::from_raw(pid))
+}
+
+/// Why [`spawn`] failed when the guardian died between its last check and the spawn: the
+/// command's process did not exec, and may be started again with another guardian.
+#[derive(Debug)]
+pub struct GuardianGone;
+
+impl std::fmt::Display for GuardianGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("its guardian is gone")
+    }
+}
+
+impl std::error::Error for GuardianGone {}
+
+impl GuardianGone {
+    /// Whether `e` is a [`GuardianGone`].
+    pub fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<GuardianGone>())
+    }
 }
 
 /// A stack for a new process that runs in the wrapper's memory until its exec: a fresh private
@@ -307,6 +334,7 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
             let mut message = [GUARD; 5];
             message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
             if libc::write(handoff.guardian, message.as_ptr().cast(), message.len()) != 5 {
+                handoff.guardian_gone = true;
                 return fail(handoff, *libc::__errno_location());
             }
         }
@@ -390,6 +418,8 @@ pub struct Guardian {
     socket: std::os::fd::OwnedFd,
     /// An exec'd guardian that has not said yet that it runs.
     starting: Option<Starting>,
+    /// Its process, to reap once it is of no more use (see [`reap_guardians`]).
+    pid: libc::pid_t,
 }
 
 /// What an exec'd guardian's process uses in the wrapper's memory until its exec, kept until
@@ -425,7 +455,7 @@ impl Guardian {
     /// It can guard a command once it says it runs ([`Guardian::ready`]).
     pub fn exec() -> io::Result<Self> {
         use std::os::fd::AsRawFd;
-        if !BARE_EXECVE {
+        if !BARE_SYSCALLS {
             return Err(io::Error::from(io::ErrorKind::Unsupported));
         }
         let (socket, theirs) = socket_pair()?;
@@ -452,7 +482,7 @@ impl Guardian {
         if pid < 0 {
             return Err(clone_error);
         }
-        Ok(Guardian { socket, starting: Some(Starting { stack, exec }) })
+        Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
     }
 
     /// Forks the guardian (where it cannot be exec'd): it runs at once.
@@ -468,7 +498,9 @@ impl Guardian {
                 libc::close(socket.as_raw_fd());
                 guard(theirs.as_raw_fd(), wrapper, open_max, false)
             },
-            nix::unistd::ForkResult::Parent { .. } => Ok(Guardian { socket, starting: None }),
+            nix::unistd::ForkResult::Parent { child } => {
+                Ok(Guardian { socket, starting: None, pid: child.as_raw() })
+            }
         }
     }
 
@@ -492,6 +524,12 @@ impl Guardian {
             return Ready::Gone;
         }
         if self.starting.is_some() { Ready::NotYet } else { Ready::Yes }
+    }
+
+    /// Its process.
+    #[cfg(test)]
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.pid)
     }
 
     /// Its socket's descriptor (readable when [`Guardian::ready`] has news).
@@ -531,6 +569,31 @@ impl Drop for Guardian {
         if let Some(starting) = self.starting.take() {
             std::mem::forget(starting);
         }
+        // Our end closes with it: the guardian leaves (it has nothing to guard any more: the
+        // command's group is gone, or there was none). Reaped before the wrapper exits.
+        if let Ok(mut retired) = RETIRED.lock() {
+            retired.push(self.pid);
+        }
+    }
+}
+
+/// Guardians of no more use, to reap before the wrapper exits: a guardian still exiting then
+/// would be left a zombie, for an init that may never reap it (a container's PID 1 that is a
+/// script, say).
+static RETIRED: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Reaps the guardians of no more use (see [`RETIRED`]); one that has not left yet (it was
+/// dropped an instant ago, or never ran) is killed first. Called as the wrapper exits.
+pub fn reap_guardians() {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let retired = RETIRED.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
+    for pid in retired.into_iter().map(Pid::from_raw) {
+        // Still a child of ours, unreaped: its pid cannot have been reused, so the SIGKILL can
+        // reach only it (reaped elsewhere, or not ours: ECHILD, and nothing is sent).
+        if waitpid(pid, Some(WaitPidFlag::WNOHANG)) == Ok(WaitStatus::StillAlive) {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = waitpid(pid, None);
+        }
     }
 }
 
@@ -553,80 +616,91 @@ struct GuardianExec {
 
 /// The guardian's process from its clone to its exec, in the wrapper's memory, every signal
 /// blocked (the exec sets the wrapper's handlers back to their defaults; the guardian unblocks
-/// signals once it ignores those it must outlive). The wrapper runs on meanwhile: only the
-/// bare exec is made, and `_exit` if it fails.
+/// signals once it ignores those it must outlive). The wrapper runs on meanwhile: only bare
+/// system calls are made, and `_exit` if the exec fails.
 extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `GuardianExec` the wrapper keeps until this process has left its
     // memory; its strings are NUL-terminated.
     unsafe {
         let exec = &*arg.cast::<GuardianExec>();
+        // Not the wrapper's stdout and stderr (this process's copies of them): what runs before
+        // the guardian closes them (a dynamic loader that is not this program, say) must not
+        // write there. The exec'd program finds them closed, and the Rust runtime opens
+        // /dev/null in their place.
+        for fd in [1, 2] {
+            bare_syscall(libc::SYS_fcntl, fd, libc::F_SETFD as usize, libc::FD_CLOEXEC as usize);
+        }
         let envp = [std::ptr::null::<libc::c_char>()];
-        bare_execve(c"/proc/self/exe".as_ptr(), exec.argv.as_ptr(), envp.as_ptr());
+        bare_syscall(
+            libc::SYS_execve,
+            c"/proc/self/exe".as_ptr() as usize,
+            exec.argv.as_ptr() as usize,
+            envp.as_ptr() as usize,
+        );
         libc::_exit(127)
     }
 }
 
-/// Whether this processor has a [`bare_execve`].
-const BARE_EXECVE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+/// Whether this processor has a [`bare_syscall`].
+const BARE_SYSCALLS: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
 
-/// execve(2) as a bare system call, which returns only if it failed. Unlike the C library's,
-/// it writes no `errno`: a process that shares the wrapper's memory shares its thread-local
-/// `errno` too, which the wrapper may be about to read.
+/// A system call with up to three arguments, bare: unlike the C library's wrappers it writes
+/// no `errno`, which in a process that shares the wrapper's memory is the wrapper's own (the
+/// same thread-local storage), and the wrapper may be about to read it. Returns what the
+/// kernel returned (a negative error number on failure).
 ///
 /// # Safety
-/// As execve(2): NUL-terminated strings, null-terminated arrays.
+/// As the system call `number` with these arguments.
 #[cfg(target_arch = "x86_64")]
-unsafe fn bare_execve(
-    path: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-) {
+unsafe fn bare_syscall(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+    let result: isize;
     // SAFETY: the x86-64 Linux system-call convention: number in rax, arguments in rdi, rsi,
-    // rdx; rax, rcx and r11 are overwritten.
+    // rdx, the result in rax; rcx and r11 are overwritten.
     unsafe {
         std::arch::asm!(
             "syscall",
-            inlateout("rax") libc::SYS_execve => _,
-            in("rdi") path,
-            in("rsi") argv,
-            in("rdx") envp,
+            inlateout("rax") number as isize => result,
+            in("rdi") a,
+            in("rsi") b,
+            in("rdx") c,
             lateout("rcx") _,
             lateout("r11") _,
             options(nostack),
         );
     }
+    result
 }
 
 /// See the x86-64 one.
 ///
 /// # Safety
-/// As execve(2): NUL-terminated strings, null-terminated arrays.
+/// As the system call `number` with these arguments.
 #[cfg(target_arch = "aarch64")]
-unsafe fn bare_execve(
-    path: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-) {
+unsafe fn bare_syscall(number: libc::c_long, a: usize, b: usize, c: usize) -> isize {
+    let result: isize;
     // SAFETY: the AArch64 Linux system-call convention: number in x8, arguments in x0, x1, x2,
     // the result in x0.
     unsafe {
         std::arch::asm!(
             "svc 0",
-            in("x8") libc::SYS_execve,
-            inlateout("x0") path => _,
-            in("x1") argv,
-            in("x2") envp,
+            in("x8") number,
+            inlateout("x0") a => result,
+            in("x1") b,
+            in("x2") c,
             options(nostack),
         );
     }
+    result
 }
 
-/// Never called: [`BARE_EXECVE`] is false here.
+/// Never called: [`BARE_SYSCALLS`] is false here.
 ///
 /// # Safety
 /// None needed.
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-unsafe fn bare_execve(_: *const libc::c_char, _: *const *const libc::c_char, _: *const *const libc::c_char) {}
+unsafe fn bare_syscall(_: libc::c_long, _: usize, _: usize, _: usize) -> isize {
+    -(libc::ENOSYS as isize)
+}
 
 /// Becomes the guardian when this process was exec'd as one (see [`Guardian`]): argv
 /// `redlock-run: guardian WRAPPER-PID FD`, FD its socket; it then never returns. Otherwise

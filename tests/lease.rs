@@ -829,3 +829,117 @@ fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
     assert!(cmdline.starts_with(BIN), "a forked guardian has its wrapper's command line: {cmdline:?}");
     assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
+
+/// A wrapper reaps its guardian before it exits: none is left a zombie for an init that never
+/// reaps (a container's PID 1 that is a script), whether the run ran its command or found the
+/// lock busy. The wrappers run under a copy of this test that is a subreaper and reaps only
+/// them, so that an unreaped guardian would end up its zombie child.
+#[test]
+fn no_guardian_is_left_a_zombie() {
+    if let Some(url) = std::env::var_os("ZOMBIE_TEST_REDIS_URL") {
+        return zombie_counting_parent(&url.to_string_lossy());
+    }
+    let redis = RedisServer::start();
+    let _: () = redis.cmd(&[b"SET", b"lock:zbusy", b"someone-else", b"PX", b"60000"]);
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "no_guardian_is_left_a_zombie", "--nocapture", "--test-threads", "1"])
+        .env("ZOMBIE_TEST_REDIS_URL", redis.url())
+        .output()
+        .expect("run the counting parent");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("statuses: [0, 0, 75, 75]"), "{stdout}");
+    assert!(stdout.contains("zombies: 0"), "{stdout}");
+}
+
+/// The counting parent of `no_guardian_is_left_a_zombie`: runs two wrappers that run their
+/// command and two that find the lock busy, one after another, then counts its zombie children.
+fn zombie_counting_parent(url: &str) {
+    nix::sys::prctl::set_child_subreaper(true).expect("become a subreaper");
+    let statuses: Vec<i32> =
+        [("lock:zfree", "--"), ("lock:zfree", "--"), ("lock:zbusy", "--"), ("lock:zbusy", "--")]
+            .iter()
+            .map(|(key, dashes)| {
+                let mut run = Command::new(BIN)
+                    .args(["--redis-url", url, "-k", key, dashes, "true"])
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn");
+                wait_bounded(&mut run, LIMIT).code().unwrap_or(-1)
+            })
+            .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let me = std::process::id().to_string();
+    let zombies = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            after.first() == Some(&"Z") && after.get(1) == Some(&me.as_str())
+        })
+        .count();
+    println!("statuses: {statuses:?}");
+    println!("zombies: {zombies}");
+}
+
+/// Out of descriptors, the guardian may not be startable while the rest of the run is: then
+/// the command is not run (126), rather than run with nothing to kill what it starts if the
+/// wrapper is killed. Swept over how many descriptors the wrapper inherits under a limit of 64,
+/// so that one of them leaves room for everything but the guardian.
+#[test]
+fn without_a_guardian_the_command_is_not_run() {
+    use std::os::unix::process::CommandExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let devnull = std::fs::File::open("/dev/null").unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&devnull);
+    let mut refused = 0;
+    for taken in 30..61 {
+        let marker = file(&dir, &format!("ran-{taken}"));
+        let mut cmd = redlock(&redis);
+        cmd.args(["-k", "lock:fds-full", "--", "sh", "-c", "echo ran > \"$MARKER\""]).env("MARKER", &marker);
+        // SAFETY: between fork and exec only dup2(2) and setrlimit(2), both async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The limit caps descriptor numbers: these take the lowest ones above stdio.
+                for fd in 3..3 + taken {
+                    if fd != raw && nix::libc::dup2(raw, fd) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                let limit = nix::libc::rlimit { rlim_cur: 64, rlim_max: 64 };
+                if nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let r = run(&mut cmd, LIMIT);
+        if r.stderr.contains("guardian") {
+            assert_eq!(r.code, 126, "{taken} taken: {}", r.stderr);
+            assert!(!marker.exists(), "{taken} taken: the command ran without a guardian: {}", r.stderr);
+            assert!(r.stderr.contains("cannot start the guardian"), "{}", r.stderr);
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "no descriptor count left room for everything but the guardian");
+}
+
+/// Started through the dynamic loader (`ld.so BIN …`), /proc/self/exe is the loader, which
+/// cannot be the guardian: its complaint stays out of the run's stderr, and a forked guardian
+/// takes its place.
+#[test]
+fn started_through_the_dynamic_loader_the_run_is_quiet_and_guarded() {
+    let loader = std::path::Path::new("/lib64/ld-linux-x86-64.so.2");
+    if !loader.exists() {
+        eprintln!("skipped: no x86-64 dynamic loader here");
+        return;
+    }
+    let redis = RedisServer::start();
+    let r = run(
+        Command::new(loader).arg(BIN).args(["--redis-url", &redis.url(), "-k", "lock:ldso", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("error while loading"), "{}", r.stderr);
+}
