@@ -13,6 +13,7 @@ use crate::exit::Error;
 use crate::lock::keys::GRANT_SUFFIX;
 use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
+use crate::sys::Guardian;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
 const OUTAGE_RETRY: Duration = Duration::from_secs(1);
@@ -52,7 +53,14 @@ pub enum Outcome {
     Unlocked { reason: String },
 }
 
-pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) -> Result<Outcome, Error> {
+/// `guardian`: a run that has to wait and has no guardian yet execs it meanwhile, so that the
+/// handoff, when it comes, does not wait for one (see `sys::Guardian`).
+pub async fn acquire(
+    lock: &mut Lock,
+    config: &Config,
+    signals: &mut Signals,
+    guardian: &mut Option<Guardian>,
+) -> Result<Outcome, Error> {
     let started = Instant::now();
     let wait_until = started + config.wait;
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
@@ -117,6 +125,10 @@ pub async fn acquire(lock: &mut Lock, config: &Config, signals: &mut Signals) ->
                 if now >= wait_until {
                     leave(lock, queued).await;
                     return Err(busy(config, &busy_now));
+                }
+                if guardian.is_none() {
+                    // Failing here is not reported: the spawn forks one, or says why not.
+                    *guardian = Guardian::exec().ok();
                 }
                 crate::sys::note_handlers();
                 // A queued waiter tries again when told its turn has come, and at each

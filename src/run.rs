@@ -17,7 +17,7 @@ use crate::release::release;
 use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
-use crate::sys::Guardian;
+use crate::sys::{self, Guardian};
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut report = Report::default();
@@ -45,8 +45,12 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
     // Exec'd now, the guardian starts on another CPU while the lock is taken (`sys::Guardian`);
-    // where it cannot be, one is forked right before the command.
-    let guardian = Guardian::exec().map_err(|e| tracing::debug!("the guardian cannot be exec'd: {e}")).ok();
+    // otherwise when the run starts to wait, or forked right before the command.
+    let mut guardian = if sys::CHEAP_EXEC {
+        Guardian::exec().map_err(|e| tracing::debug!("the guardian cannot be exec'd: {e}")).ok()
+    } else {
+        None
+    };
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
         tracing::warn!(
@@ -64,7 +68,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
-    let outcome = acquire(&mut lock, config, &mut signals).await;
+    let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease, handed_over) = match outcome? {
         Outcome::Acquired { fences, lease, queue_position, handed_over } => {

@@ -405,8 +405,9 @@ fn candidates(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<
 ///   wrapper — so that nothing of the command ever runs while nothing renews its lock.
 ///
 /// It is this same program exec'd anew (`/proc/self/exe`, run by [`be_guardian_if_asked`]),
-/// started when a run starts: its exec and start-up then happen on another CPU while the run
-/// connects and takes the lock, and the wrapper pays a clone (no fork: copying the wrapper's
+/// started when a run starts (a static build; see [`CHEAP_EXEC`]) or starts to wait: its exec
+/// and start-up then happen on another CPU while the run takes the lock, and the wrapper pays a
+/// clone (no fork: copying the wrapper's
 /// page tables, then a fault on the wrapper's next write to every page they share for as long
 /// as the guardian lives, cost about 0.1–0.2 ms of a 2 ms run; BENCHMARKS.md). It must not
 /// share the wrapper's memory once it runs: the OOM killer kills every process sharing the
@@ -640,6 +641,13 @@ extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
         libc::_exit(127)
     }
 }
+
+/// Whether starting the guardian by exec is cheap enough to do it as every run starts: in a
+/// static build (no dynamic loading) the new guardian runs 0.25 ms after its clone; a dynamic
+/// build's takes 0.8 ms of CPU to load, more than a fork costs, and competes with the run's own
+/// start-up on a small machine (BENCHMARKS.md). A dynamic build execs it when a run has time to
+/// spare (waiting for the lock), and forks it right before the command otherwise.
+pub const CHEAP_EXEC: bool = cfg!(target_feature = "crt-static");
 
 /// Whether this processor has a [`bare_syscall`].
 const BARE_SYSCALLS: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));

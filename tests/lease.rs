@@ -751,39 +751,50 @@ fn execd_guardians_of(wrapper: u32) -> Vec<i32> {
 /// The guardian is a process of its own, exec'd anew: it shares no memory with its wrapper (the
 /// OOM killer kills every process that shares the memory of the one it picks, and would take
 /// it along with the wrapper), `ps` names it for what it is, and `pkill redlock-run` finds it.
+/// (A waiting run execs it in every build; see README § The child process.)
 #[test]
 fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
     /// kcmp(2)'s KCMP_VM: 0 when two processes share one address space.
     const KCMP_VM: i64 = 1;
     let redis = RedisServer::start();
-    let dir = tmp();
-    let pidfile = file(&dir, "pid");
-    let (mut wrapper, pgid) =
-        spawn_recorded(&redis, &["-k", "lock:own", "--ttl", "5s"], "exec sleep 30", &pidfile);
-    let seen = find_guardian(wrapper.id(), pgid).map(|g| {
-        let cmdline = std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default();
+    let _: () = redis.cmd(&[b"SET", b"lock:own", b"someone-else", b"PX", b"60000"]);
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:own", "--wait", "30s", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let guardian = find_guardian(waiter.id(), -1);
+    let cmdline = |g: i32| {
+        String::from_utf8_lossy(&std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default())
+            .replace('\0', " ")
+    };
+    let seen = guardian.map(|g| {
+        wait_until(Duration::from_secs(5), || cmdline(g).starts_with("redlock-run: guardian"));
         let comm = std::fs::read_to_string(format!("/proc/{g}/comm")).unwrap_or_default();
         // SAFETY: kcmp only compares two processes' kernel objects.
-        let shared = unsafe { libc::syscall(libc::SYS_kcmp, g, wrapper.id() as i32, KCMP_VM, 0, 0) };
-        (cmdline, comm, shared)
+        let shared = unsafe { libc::syscall(libc::SYS_kcmp, g, waiter.id() as i32, KCMP_VM, 0, 0) };
+        (cmdline(g), comm, shared)
     });
-    kill(Pid::from_raw(-pgid), Signal::SIGKILL).unwrap();
-    let _ = wait_bounded(&mut wrapper, LIMIT);
+    let _ = waiter.kill();
+    let _ = waiter.wait();
     let (cmdline, comm, shared) = seen.expect("found the guardian");
-    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-    assert!(cmdline.starts_with(&format!("redlock-run: guardian {} ", wrapper.id())), "{cmdline:?}");
+    assert!(cmdline.starts_with(&format!("redlock-run: guardian {} ", waiter.id())), "{cmdline:?}");
     assert_eq!(comm.trim(), "redlock-run");
     assert!(shared > 0, "kcmp(KCMP_VM) = {shared}: the guardian shares its wrapper's memory");
 }
 
-/// A run that finds the lock busy leaves no guardian behind (it started one with the run).
+/// A run that finds the lock busy, at once or after waiting, leaves no guardian behind (it may
+/// have started one: with the run in a static build, when it began to wait in every build).
 #[test]
 fn a_run_that_finds_the_lock_busy_leaves_no_guardian_behind() {
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:skipped", b"someone-else", b"PX", b"30000"]);
-    for _ in 0..3 {
-        let mut run =
-            redlock(&redis).args(["-k", "lock:skipped", "--", "true"]).stderr(Stdio::null()).spawn().unwrap();
+    for wait in ["0s", "150ms", "0s", "150ms"] {
+        let mut run = redlock(&redis)
+            .args(["-k", "lock:skipped", "--wait", wait, "--", "true"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let pid = run.id();
         assert_eq!(wait_bounded(&mut run, LIMIT).code(), Some(75));
         assert!(
@@ -853,7 +864,8 @@ fn no_guardian_is_left_a_zombie() {
 }
 
 /// The counting parent of `no_guardian_is_left_a_zombie`: runs two wrappers that run their
-/// command and two that find the lock busy, one after another, then counts its zombie children.
+/// command and two that find the lock busy (one at once, one after waiting), one after another,
+/// then counts its zombie children.
 fn zombie_counting_parent(url: &str) {
     nix::sys::prctl::set_child_subreaper(true).expect("become a subreaper");
     let statuses: Vec<i32> =
