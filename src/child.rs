@@ -27,8 +27,8 @@ pub mod vars {
     pub const ALL: [&str; 6] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES];
 }
 
-/// How long the command waits for its exec'd guardian to say that it runs (it started with the
-/// run, and usually has long before the lock is taken) before a forked one takes its place.
+/// How long the command waits for its exec'd guardian to say that it runs (started as the run
+/// started or began to wait, it usually has long before) before a forked one takes its place.
 const GUARDIAN_READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The guardian of the command `argv` about to start: the run's own once it says it runs (see

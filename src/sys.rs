@@ -486,7 +486,7 @@ impl Guardian {
         Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
     }
 
-    /// Forks the guardian (where it cannot be exec'd): it runs at once.
+    /// Forks the guardian, right before the command (where it is not exec'd): it runs at once.
     pub fn fork() -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let (socket, theirs) = socket_pair()?;
