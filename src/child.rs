@@ -47,15 +47,8 @@ pub async fn ready_guardian(
                 sys::Ready::Gone => break,
                 sys::Ready::NotYet => {}
             }
-            let socket = std::os::fd::AsFd::as_fd(&guardian);
-            // SAFETY: the descriptor is the guardian's socket, open for as long as `guardian`
-            // lives, which outlives this registration (dropped at the end of the iteration).
-            let registered = unsafe {
-                tokio::io::unix::AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE)
-            };
-            let Ok(socket) = registered else { break };
-            match tokio::time::timeout_at(deadline, socket.readable()).await {
-                Ok(Ok(mut readable)) => readable.clear_ready(),
+            match tokio::time::timeout_at(deadline, guardian.news()).await {
+                Ok(Ok(())) => {}
                 Ok(Err(_)) => break,
                 Err(_) => {
                     tracing::debug!("the exec'd guardian did not say it runs in time");

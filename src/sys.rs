@@ -282,16 +282,31 @@ unsafe fn clone_until_exec(
     stack_size: usize,
 ) -> io::Result<libc::pid_t> {
     let stack = CloneStack::new(stack_size)?;
+    // SAFETY: the caller's promise; CLONE_VFORK suspends this thread until the new process has
+    // left the stack (exec'd or exited), which is then unmapped when it is dropped here.
+    unsafe { clone_blocked(entry, arg, &stack, libc::CLONE_VFORK) }
+}
+
+/// `clone(CLONE_VM | SIGCHLD | flags)` running `entry(arg)` on `stack`, with every signal
+/// blocked around the call (the new process starts with them all blocked, so that no handler of
+/// the wrapper's ever runs in it); the wrapper's mask is restored at once.
+///
+/// # Safety
+/// As [`clone_until_exec`]; `stack` and what `arg` points to must also stay until the new
+/// process has left the wrapper's memory.
+unsafe fn clone_blocked(
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    stack: &CloneStack,
+    flags: libc::c_int,
+) -> io::Result<libc::pid_t> {
     let mut old = SigSet::empty();
     pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
-    // SAFETY: the stack is the new process's alone and large enough for `entry` (the caller's
-    // promise); CLONE_VFORK suspends this thread until the new process has left it.
-    let pid =
-        unsafe { libc::clone(entry, stack.top(), libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg) };
+    // SAFETY: the stack is the new process's alone and large enough for `entry`, which keeps
+    // to what the caller promised.
+    let pid = unsafe { libc::clone(entry, stack.top(), libc::CLONE_VM | libc::SIGCHLD | flags, arg) };
     let clone_error = io::Error::last_os_error();
     let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    // The new process has left the stack (exec'd or exited): `stack` is unmapped here.
-    drop(stack);
     if pid < 0 { Err(clone_error) } else { Ok(pid) }
 }
 
@@ -407,9 +422,9 @@ fn candidates(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<
 /// It is this same program exec'd anew (`/proc/self/exe`, run by [`be_guardian_if_asked`]),
 /// started when a run starts (a static build; see [`CHEAP_EXEC`]) or starts to wait: its exec
 /// and start-up then happen on another CPU while the run takes the lock, and the wrapper pays a
-/// clone (no fork: copying the wrapper's
-/// page tables, then a fault on the wrapper's next write to every page they share for as long
-/// as the guardian lives, cost about 0.1–0.2 ms of a 2 ms run; BENCHMARKS.md). It must not
+/// clone (no fork: copying the wrapper's page tables, then a fault on the wrapper's next write
+/// to every page they share for as long as the guardian lives, cost about 0.1–0.2 ms of a 2 ms
+/// run; BENCHMARKS.md). It must not
 /// share the wrapper's memory once it runs: the OOM killer kills every process sharing the
 /// memory of the one it picks. Where it cannot be exec'd (no /proc, a security policy, a
 /// processor this file has no bare `execve` for), it is forked instead, right before the
@@ -451,9 +466,9 @@ pub enum Ready {
 
 impl Guardian {
     /// Starts the guardian as a new exec of this program, without waiting for the exec: its
-    /// process shares the wrapper's memory until then, with every signal blocked, and makes a
-    /// single system call (the exec, bare: the C library's would write the wrapper's `errno`).
-    /// It can guard a command once it says it runs ([`Guardian::ready`]).
+    /// process shares the wrapper's memory until then, with every signal blocked, and makes only
+    /// bare system calls (see [`guardian_exec`]). It can guard a command once it says it runs
+    /// ([`Guardian::ready`]).
     pub fn exec() -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         if !BARE_SYSCALLS {
@@ -470,19 +485,11 @@ impl Guardian {
             strings,
         });
         let stack = CloneStack::new(GUARDIAN_STACK)?;
-        let mut old = SigSet::empty();
-        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
-        // SAFETY: the stack is the new process's alone; `guardian_exec` only reads `exec` and
-        // what it points to, which live in `Starting` until it has exec'd or exited, and makes
-        // no call that writes memory the wrapper uses.
-        let pid = unsafe {
-            libc::clone(guardian_exec, stack.top(), libc::CLONE_VM | libc::SIGCHLD, (&raw mut *exec).cast())
-        };
-        let clone_error = io::Error::last_os_error();
-        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-        if pid < 0 {
-            return Err(clone_error);
-        }
+        // SAFETY: `guardian_exec` only reads `exec` and what it points to, which live in
+        // `Starting` with the stack until it has exec'd or exited, makes bare system calls
+        // that write no memory the wrapper uses, and ends in exec or _exit. No CLONE_VFORK: the
+        // wrapper does not wait for the exec.
+        let pid = unsafe { clone_blocked(guardian_exec, (&raw mut *exec).cast(), &stack, 0) }?;
         Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
     }
 
@@ -527,6 +534,22 @@ impl Guardian {
         if self.starting.is_some() { Ready::NotYet } else { Ready::Yes }
     }
 
+    /// Waits until [`Guardian::ready`] may have news: its socket is readable or hung up.
+    pub async fn news(&self) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        // SAFETY: the descriptor is the guardian's socket, open for as long as `self` lives,
+        // which outlives this registration (dropped on return).
+        let socket = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                self.socket.as_fd(),
+                tokio::io::Interest::READABLE,
+            )
+        }
+        .map_err(io::Error::from)?;
+        socket.readable().await?.clear_ready();
+        Ok(())
+    }
+
     /// Its process.
     #[cfg(test)]
     pub fn pid(&self) -> Pid {
@@ -553,12 +576,6 @@ impl Guardian {
     /// The command's group is gone: the guardian may leave without doing anything.
     pub fn dismiss(self) {
         let _ = nix::unistd::write(&self.socket, &[DISMISS]);
-    }
-}
-
-impl std::os::fd::AsFd for Guardian {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
     }
 }
 
