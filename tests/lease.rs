@@ -768,9 +768,13 @@ fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
         String::from_utf8_lossy(&std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default())
             .replace('\0', " ")
     };
+    let comm = |g: i32| std::fs::read_to_string(format!("/proc/{g}/comm")).unwrap_or_default();
     let seen = guardian.map(|g| {
-        wait_until(Duration::from_secs(5), || cmdline(g).starts_with("redlock-run: guardian"));
-        let comm = std::fs::read_to_string(format!("/proc/{g}/comm")).unwrap_or_default();
+        // Exec'd through /proc/self/exe, it is named "exe" until its first lines rename it.
+        wait_until(Duration::from_secs(5), || {
+            cmdline(g).starts_with("redlock-run: guardian") && comm(g).trim() == "redlock-run"
+        });
+        let comm = comm(g);
         // SAFETY: kcmp only compares two processes' kernel objects.
         let shared = unsafe { libc::syscall(libc::SYS_kcmp, g, waiter.id() as i32, KCMP_VM, 0, 0) };
         (cmdline(g), comm, shared)
