@@ -238,6 +238,8 @@ impl Cli {
         let args: Vec<OsString> = std::env::args_os().collect();
         let mut cmd = Cli::command();
         if asks_for_summary(&args) {
+            // Defines the subcommands' options (see [`Deferred`]), so that they are summed up too.
+            cmd.build();
             cmd = summary(cmd);
         }
         let mut matches = cmd.try_get_matches_from_mut(args)?;
@@ -256,7 +258,8 @@ pub fn non_utf8_variable() -> Option<String> {
         let id = a.get_value_parser().type_id();
         id == std::any::TypeId::of::<OsString>() || id == std::any::TypeId::of::<PathBuf>()
     };
-    let cmd = Cli::command();
+    let mut cmd = Cli::command();
+    cmd.build(); // the subcommands' options too (see [`Deferred`])
     let args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
     args.filter(|a| !takes_bytes(a))
         .filter_map(|a| a.get_env())
@@ -268,7 +271,8 @@ pub fn non_utf8_variable() -> Option<String> {
 /// clap's error names it) when the option is not on the command line.
 pub fn value_from_variable(flag: &str) -> Option<String> {
     let long = flag.split([' ', '=']).next()?.strip_prefix("--")?;
-    let cmd = Cli::command();
+    let mut cmd = Cli::command();
+    cmd.build(); // the subcommands' options too (see [`Deferred`])
     let mut args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
     let arg = args.find(|a| a.get_long() == Some(long))?;
     let var = arg.get_env()?.to_str()?.to_owned();
@@ -315,11 +319,59 @@ pub enum Action {
     /// Show who holds the lock; exit 0 when held, 1 when free
     ///
     /// Also since when, the TTL left, the fence and the idempotency records.
-    Status(StatusArgs),
+    Status(Deferred<StatusArgs>),
     /// Delete a stuck lock (operator override)
     ///
     /// Deletes the lock whatever its value, and wakes the runs waiting for it.
-    Release(ReleaseArgs),
+    Release(Deferred<ReleaseArgs>),
+}
+
+/// A subcommand's options, defined only when clap needs them: when the subcommand is used, or
+/// its help, man page or completions are made. A run, which uses neither subcommand, does not
+/// build their options (more than half of all the options, with their environment variables).
+#[derive(Debug)]
+pub struct Deferred<T>(pub T);
+
+impl<T: Args> Args for Deferred<T> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keeping_about(cmd, T::augment_args))
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keeping_about(cmd, T::augment_args_for_update))
+    }
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+}
+
+/// Adds a subcommand's options after its description was set (from the doc comment of its
+/// variant in [`Action`]), which the doc comments of the option groups would otherwise replace.
+fn keeping_about(cmd: clap::Command, augment: fn(clap::Command) -> clap::Command) -> clap::Command {
+    let (about, long_about) = (cmd.get_about().cloned(), cmd.get_long_about().cloned());
+    let cmd = augment(cmd);
+    let cmd = match about {
+        Some(about) => cmd.about(about),
+        None => cmd.about(None::<&str>),
+    };
+    match long_about {
+        Some(long_about) => cmd.long_about(long_about),
+        None => cmd.long_about(None::<&str>),
+    }
+}
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Deferred)
+    }
+    fn from_arg_matches_mut(matches: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches_mut(matches).map(Deferred)
+    }
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+    fn update_from_arg_matches_mut(&mut self, matches: &mut clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches_mut(matches)
+    }
 }
 
 #[derive(Debug, Args)]

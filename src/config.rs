@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Action, Cli, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
+use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
 use crate::exit::Error;
 use crate::lock::{Kind, drift};
 
@@ -195,13 +195,13 @@ impl Invocation {
     pub fn from_cli(cli: Cli) -> Result<Self, Error> {
         match cli.action {
             None => Config::from_cli(cli).map(Invocation::Run),
-            Some(Action::Status(a)) => Ok(Invocation::Status {
+            Some(Action::Status(Deferred(a))) => Ok(Invocation::Status {
                 keys: keys(&a.key, false)?,
                 json: a.json,
                 redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                 output: output(&a.output),
             }),
-            Some(Action::Release(a)) => {
+            Some(Action::Release(Deferred(a))) => {
                 if !a.force {
                     return Err(usage(
                         "release deletes the lock whoever holds it and can let two runs overlap; \
@@ -964,7 +964,9 @@ mod tests {
             "REDLOCK_SENTINEL_PASSWORD".to_owned(),
             "REDLOCK_SENTINEL".to_owned(),
         ];
-        collect(&crate::cli::Cli::command(), &mut names);
+        let mut cmd = crate::cli::Cli::command();
+        cmd.build(); // the subcommands' options are defined as the command is built
+        collect(&cmd, &mut names);
         names.sort();
         names.dedup();
         assert_eq!(names, WRAPPER_VARIABLES);
