@@ -21,10 +21,11 @@ const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// announcement is missed (a dropped subscription).
 const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
 
-/// The least time a lock handed over must leave, beyond the kill-grace, for the immediate
-/// renewal to confirm it before the command would have to be stopped (a lock handed over is
-/// taken for the holder's kill-grace + 1 s, and the waiter's last attempt may have gone out up
-/// to a keep-alive, 0.5 s, before; less than this left: the waiter confirms it first).
+/// The least time a lock handed over must leave, beyond the kill-grace, for the renewal that
+/// follows the command's start (`renew::CONFIRM_AFTER`) to confirm it before the command would
+/// have to be stopped (a lock handed over is taken for the holder's kill-grace + 1 s, and the
+/// waiter's last attempt may have gone out up to a keep-alive, 0.5 s, before; less than this
+/// left: the waiter confirms it first).
 const CONFIRM_ROOM: Duration = Duration::from_millis(250);
 
 /// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock

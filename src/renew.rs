@@ -23,6 +23,13 @@ pub enum LeaseEvent {
     Expired,
 }
 
+/// How long after its command's start a lock handed over by a release is confirmed: a moment
+/// in which the command gets under way without Redis's work for the renewal competing with its
+/// start-up on a small machine (the handoff got 0.08 ms shorter on a 2-core VM:
+/// BENCHMARKS.md). A small part of the room the handover must leave for it
+/// (`acquire::CONFIRM_ROOM`, 250 ms).
+pub const CONFIRM_AFTER: Duration = Duration::from_millis(5);
+
 /// The running renewal loop. [`Renewer::stop`] ends it and gives the lock back for release.
 pub struct Renewer {
     stop: oneshot::Sender<()>,
@@ -30,18 +37,18 @@ pub struct Renewer {
 }
 
 impl Renewer {
-    /// `confirm_now`: the first renewal goes out at once (a lock handed over by a release,
-    /// whose lease is short until then), else `every` after `acquired`.
+    /// `confirm_soon`: the first renewal goes out [`CONFIRM_AFTER`] after `acquired` (a lock
+    /// handed over by a release, whose lease is short until then), else `every` after it.
     pub fn start(
         lock: Lock,
         lease: Lease,
         acquired: Instant,
         every: Duration,
-        confirm_now: bool,
+        confirm_soon: bool,
     ) -> (Renewer, mpsc::UnboundedReceiver<LeaseEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
-        let first = if confirm_now { acquired } else { acquired + every };
+        let first = if confirm_soon { acquired + CONFIRM_AFTER } else { acquired + every };
         let task = tokio::spawn(renew_loop(lock, lease, first, every, events, stopped));
         (Renewer { stop, task }, rx)
     }

@@ -233,10 +233,10 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
     let skip = run(redlock(&redis).args(["-k", key, "--", "true"]), LIMIT);
     assert_eq!(skip.code, 75, "{}", skip.stderr);
     assert!(skip.stderr.contains(&format!("(pid {})", w.id())), "{}", skip.stderr);
-    // Continued in time: it runs with the fence it was handed, and confirms its own TTL at once.
+    // Continued in time: it runs with the fence it was handed, and confirms its own TTL.
     drop(stopped);
     let fence = read_when_present(&out, LIMIT);
-    // The command starts first; the confirmation follows at once, within its 0.5 s.
+    // The command starts first; the confirmation follows (5 ms later), within its 0.5 s.
     let pttl = || redis.cmd::<i64>(&[b"PTTL", key.as_bytes()]);
     assert!(
         wait_until(Duration::from_millis(400), || pttl() > 15_000),
