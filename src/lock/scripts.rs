@@ -370,10 +370,13 @@ local record = KEYS[n * 6 + 1]
 local mine = kind_of(value)
 local limit = limit_of(mine)
 local function bump_fence(i) return bump(k(i, 2), ARGV[3]) end
+-- Which of each key's queue (3) and its expiries (4) exist: where there is none, there is no
+-- one to look at and nothing to leave (set by the type checks below, and by join_all).
+local present = {}
 local function leave_all()
   for i = 1, n do
-    redis.pcall('ZREM', k(i, 3), value)
-    redis.pcall('ZREM', k(i, 4), value)
+    if present[i][3] then redis.pcall('ZREM', k(i, 3), value) end
+    if present[i][4] then redis.pcall('ZREM', k(i, 4), value) end
   end
 end
 local function counter(i)
@@ -404,6 +407,7 @@ local function join_all(now)
   local alive = true
   for i = 1, n do
     if counter(i) < seq and refused(redis.pcall('SET', k(i, 5), seq)) then return false, false end
+    present[i][3], present[i][4] = true, true
     if refused(redis.pcall('ZADD', k(i, 3), seq, value)) then return false, false end
     if refused(redis.pcall('ZADD', k(i, 4), now + entry, value)) then alive = false end
     -- The queue lives while someone keeps an entry alive; the arrival counter as long as the
@@ -453,7 +457,7 @@ local function inspect(i, now)
     return nil, {-1, s.t, lock}
   end
   if s.holder and family(s.held) ~= family(mine) then return nil, {-3, s.holder, 1, i} end
-  local first = first_live(k(i, 3), k(i, 4), now)
+  local first = present[i][3] and first_live(k(i, 3), k(i, 4), now)
   if first and first ~= value and family(kind_of(first)) ~= family(mine) then
     return nil, {-3, first, 0, i}
   end
@@ -461,6 +465,7 @@ local function inspect(i, now)
   if not s.admitted then return s end
   -- The first live waiter that comes before this run and for which `visit` is true.
   local function ahead(visit)
+    if not present[i][3] then return nil end
     local found = each_live(k(i, 3), k(i, 4), now, function(member)
       return member == value or visit(member)
     end)
@@ -502,9 +507,11 @@ end
 
 -- The names next to each lock must hold what the lock keeps there, or be absent.
 for i = 1, n do
+  present[i] = {}
   for j, expected in pairs({[3] = 'zset', [4] = 'zset', [6] = 'hash'}) do
     local t = redis.call('TYPE', k(i, j))['ok']
     if t ~= 'none' and t ~= expected then return {-1, t, k(i, j)} end
+    present[i][j] = t ~= 'none'
   end
 end
 if record then
@@ -718,7 +725,10 @@ for i = 1, n do
   end
   if outcome == 1 then
     -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
-    if not hand_over(lock, fence, q, e, h, prefix) then wake_ready(lock, q, e, prefix) end
+    -- (With no queue there is no one to hand the lock to or to wake: both would find no one.)
+    if redis.call('EXISTS', q) == 1 and not hand_over(lock, fence, q, e, h, prefix) then
+      wake_ready(lock, q, e, prefix)
+    end
     redis.pcall('PUBLISH', channel, 'released')
   elseif outcome == 0 and ARGV[3] == '1' then
     redis.pcall('PUBLISH', channel, 'released')
