@@ -45,8 +45,12 @@ pub enum Outcome {
         /// This run's place in the queue when it joined (1 = next), if it had to queue.
         queue_position: Option<u64>,
         /// A release handed the lock over: the lease is short until the first renewal, which
-        /// must go out at once.
+        /// goes out soon after the command's start (`renew::CONFIRM_AFTER`).
         handed_over: bool,
+        /// The subscription of a run that waited, to be let go of once the command is under way
+        /// (closing it is work for Redis and for the wrapper that would compete with the
+        /// command's start-up).
+        subscription: Option<PubSubStream>,
     },
     /// `--idempotency-key`: a run with this ID already succeeded.
     AlreadyDone { record: Vec<u8> },
@@ -102,7 +106,13 @@ pub async fn acquire(
             Ok(Acquired::Yes { fences, lease })
                 if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
             {
-                return Ok(Outcome::Acquired { fences, lease, queue_position, handed_over: false });
+                return Ok(Outcome::Acquired {
+                    fences,
+                    lease,
+                    queue_position,
+                    handed_over: false,
+                    subscription: releases,
+                });
             }
             Ok(Acquired::Yes { .. }) => {
                 let _ = lock.release(Duration::ZERO, false).await;
@@ -164,6 +174,7 @@ pub async fn acquire(
                                     lease,
                                     queue_position,
                                     handed_over: true,
+                                    subscription: releases,
                                 });
                             }
                             // A handover older than that attempt, too little of it certainly

@@ -27,7 +27,7 @@ pub enum LeaseEvent {
 /// in which the command gets under way without Redis's work for the renewal competing with its
 /// start-up on a small machine (the handoff got 0.08 ms shorter on a 2-core VM:
 /// BENCHMARKS.md). A small part of the room the handover must leave for it
-/// (`acquire::CONFIRM_ROOM`, 250 ms).
+/// (`acquire::CONFIRM_ROOM`, 250 ms). A run that waited lets go of its subscription then too.
 pub const CONFIRM_AFTER: Duration = Duration::from_millis(5);
 
 /// The running renewal loop. [`Renewer::stop`] ends it and gives the lock back for release.

@@ -14,7 +14,7 @@ use crate::exit::Error;
 use crate::lock::{Conn, HANDOVER_SLACK, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
-use crate::renew::Renewer;
+use crate::renew::{CONFIRM_AFTER, Renewer};
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 use crate::sys::{self, Guardian};
@@ -70,10 +70,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let wait_started = Instant::now();
     let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
     report.acquire_wait = Some(wait_started.elapsed());
-    let (fences, lease, handed_over) = match outcome? {
-        Outcome::Acquired { fences, lease, queue_position, handed_over } => {
+    let (fences, lease, handed_over, subscription) = match outcome? {
+        Outcome::Acquired { fences, lease, queue_position, handed_over, subscription } => {
             report.queue_position = queue_position;
-            (fences, lease, handed_over)
+            (fences, lease, handed_over, subscription)
         }
         Outcome::AlreadyDone { record } => {
             let done = already_done(config, &record);
@@ -119,6 +119,13 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
     };
 
+    if let Some(subscription) = subscription {
+        // Let go of once the command is under way (see `Outcome::Acquired`).
+        tokio::spawn(async move {
+            tokio::time::sleep(CONFIRM_AFTER).await;
+            drop(subscription);
+        });
+    }
     let (renewer, mut events) = Renewer::start(lock, lease, acquired, config.renew_every, handed_over);
     let held = Held { lease, events: &mut events };
     let ended = supervise(&mut child, Some(held), &mut signals, config, acquired).await;
