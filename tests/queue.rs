@@ -243,6 +243,14 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
         "extended to its --ttl 20s: {} ms",
         pttl()
     );
+    // And it lets go of its subscription then too, while its command still runs.
+    let subscribed =
+        || redis.cmd::<Vec<String>>(&[b"PUBSUB", b"CHANNELS", format!("{{{key}}}:wake:*").as_bytes()]);
+    assert!(
+        wait_until(Duration::from_millis(200), || subscribed().is_empty()),
+        "still subscribed while its command runs: {:?}",
+        subscribed()
+    );
     let o = wait_output(w, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
