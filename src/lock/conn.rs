@@ -270,6 +270,7 @@ impl Conn {
                     self.link_epoch = watcher.epoch();
                     let demoted = watcher.demoted();
                     let (host, port) = self.discover(&self.sentinels, &master, demoted.as_ref()).await?;
+                    let named = format!("{host}:{port}");
                     let addr = url::lowercase_host(match self.info.addr() {
                         ConnectionAddr::TcpTls { insecure, .. } => {
                             ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
@@ -279,6 +280,7 @@ impl Conn {
                     let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
                         .map_err(|e| Fault::from_redis(&e))?;
                     let mut link = self.connect_node(client).await?;
+                    tracing::debug!("connected to {named}, the master the Sentinels name");
                     for refusal in self.watcher.as_ref().map(Watcher::refusals).unwrap_or_default() {
                         tracing::warn!("{refusal}");
                     }
