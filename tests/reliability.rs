@@ -7,7 +7,9 @@
 //! RELIABILITY.md describes the soak and its figures.
 //!
 //! `SOAK_SECS` (default 60) sets the soak's length (each phase gets a third of it, and two
-//! phases run at once), `SOAK_SEED` replays a schedule.
+//! phases run at once), `SOAK_SEED` replays a schedule, `SOAK_VERBOSE` (any value) runs the
+//! wrappers with `-vv --log-format=json`: their logs, kept when a check fails, then say what
+//! each did and when.
 
 mod support;
 
@@ -555,6 +557,9 @@ fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
                 "--kill-grace",
                 &ms(t.kill_grace),
             ])
+            .args(
+                std::env::var_os("SOAK_VERBOSE").map(|_| ["-vv", "--log-format=json"]).into_iter().flatten(),
+            )
             .args(["--wait", &ms(WAIT), "--", "sh", "-c", script])
             .arg(&exe)
             .env(ORACLE_SOCKET, &shared.oracle)
@@ -963,6 +968,11 @@ impl Sentinels {
         };
         let setup = Setup { password: Some(SENTINEL_PASSWORD.to_owned()), extra: String::new() };
         let set = SentinelSet::start_setup(3, 2, watch, &setup);
+        for sentinel in &set.sentinels {
+            // Each Sentinel learns what the nodes say of themselves every second instead of
+            // every 10 s: the demoted master is made a replica sooner, and `whole` hears so.
+            sentinel.set_info_period(Duration::from_secs(1));
+        }
         for node in set.nodes() {
             // Every node syncs a new replica at once, instead of 5 s later: a promoted replica
             // resyncs the others, and the demoted master, quickly.
@@ -979,15 +989,21 @@ impl Sentinels {
         Sentinels { set, dir, watched: Arc::new(AtomicU16::new(master)) }
     }
 
-    /// Every Sentinel names `master`, and every other data node replicates it, its link up.
+    /// Every Sentinel names `master`, every other data node replicates it, its link up, and
+    /// every Sentinel has heard each of them say so. (A Sentinel that has not polled the
+    /// demoted master since it was made a replica still takes it for a master that must be
+    /// made a replica: if the next failover promoted that node, it would demote it again
+    /// at once, and the set would name a master that is a replica.)
     fn whole(&self, master: u16) -> bool {
+        let replicas: Vec<u16> = self.set.nodes().map(|n| n.port).filter(|&p| p != master).collect();
         self.set.agreed_master() == Some(master)
-            && self.set.nodes().filter(|n| n.port != master).all(|n| {
-                let info: String = probe(n.port, redis::cmd("INFO").arg("replication")).unwrap_or_default();
+            && replicas.iter().all(|&port| {
+                let info: String = probe(port, redis::cmd("INFO").arg("replication")).unwrap_or_default();
                 info.contains("role:slave")
                     && info.contains(&format!("master_port:{master}\r"))
                     && info.contains("master_link_status:up")
             })
+            && self.set.sentinels.iter().all(|s| s.sees_replicas_of(master, &replicas))
     }
 
     /// Asks a Sentinel to fail over now, retrying (bounded) while one is still in progress.

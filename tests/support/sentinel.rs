@@ -114,6 +114,31 @@ impl Sentinel {
         cmd.query(&mut c).ok()
     }
 
+    /// Whether this Sentinel last heard every node on `replicas` report itself a replica of
+    /// `master` (each replica's INFO, which a Sentinel polls every info-period).
+    pub fn sees_replicas_of(&self, master: u16, replicas: &[u16]) -> bool {
+        let listed: Vec<Vec<String>> =
+            self.query(redis::cmd("SENTINEL").arg("replicas").arg(MASTER_NAME)).unwrap_or_default();
+        let fields = |flat: &Vec<String>| -> HashMap<String, String> {
+            flat.chunks(2).filter(|kv| kv.len() == 2).map(|kv| (kv[0].clone(), kv[1].clone())).collect()
+        };
+        replicas.iter().all(|port| {
+            listed.iter().map(fields).any(|f| {
+                f.get("port") == Some(&port.to_string())
+                    && f.get("role-reported").is_some_and(|r| r == "slave")
+                    && f.get("master-port") == Some(&master.to_string())
+            })
+        })
+    }
+
+    /// Sets how often this Sentinel polls each node's INFO (10 s by default).
+    pub fn set_info_period(&self, period: Duration) -> bool {
+        self.query::<String>(
+            redis::cmd("SENTINEL").arg("DEBUG").arg("info-period").arg(period.as_millis() as u64),
+        )
+        .is_some()
+    }
+
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
