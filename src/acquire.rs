@@ -29,9 +29,10 @@ const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
 const CONFIRM_ROOM: Duration = Duration::from_millis(250);
 
 /// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock
-/// handed over: one woken on time at the deadline tries once more; one that was stopped
-/// (SIGSTOP, Ctrl-Z) past it gives up instead of taking the lock long after its wait.
-const LATE: Duration = QUEUE_KEEPALIVE;
+/// handed over: one woken at the deadline (a timer, or the scheduler, a little late) tries once
+/// more; one that was stopped (SIGSTOP, Ctrl-Z) past it gives up instead of taking the lock
+/// after its wait, and hands on a lock handed to it meanwhile.
+const LATE: Duration = Duration::from_millis(100);
 
 /// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);

@@ -383,6 +383,49 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
     }
 }
 
+/// A waiter frozen just before its --wait runs out, handed the lock while frozen (its entry
+/// still alive) after the wait ran out, and continued a few tenths of a second later: it gives
+/// up (75) and hands the lock on; its command never runs.
+#[test]
+fn a_waiter_continued_soon_after_its_wait_ran_out_gives_up_a_lock_handed_to_it() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:late";
+    let mut holder = holder(&redis, key, &go);
+    let started = Instant::now();
+    let late = redlock(&redis)
+        .args(["-k", key, "--wait", "1500ms", "--", "sh", "-c", "echo late >> \"$OUT\""])
+        .env("OUT", &out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 1), "queued");
+    let next = waiter(&redis, key, 2, &out, &[]);
+    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 2), "queued");
+    let mut stopped = Stopped(Vec::new());
+    std::thread::sleep(Duration::from_millis(1300).saturating_sub(started.elapsed()));
+    stopped.stop(late.id());
+    // Released after the frozen waiter's --wait ran out, while its entry lives on (1.5 s from
+    // its last keep-alive): the lock is handed to it.
+    std::thread::sleep(Duration::from_millis(1650).saturating_sub(started.elapsed()));
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    std::thread::sleep(Duration::from_millis(1850).saturating_sub(started.elapsed()));
+    drop(stopped);
+    let o = wait_output(late, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("--wait"), "says the wait ran out: {stderr}");
+    let o = wait_output(next, LIMIT);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(!log.contains("late"), "ran after its --wait: {log}");
+    assert!(log.starts_with("2 "), "the next waiter ran: {log}");
+    assert!(!redis.exists(key.as_bytes()), "released");
+    assert_eq!(queue_len(&redis, key), 0, "the queue is empty");
+}
+
 #[test]
 fn a_waiter_that_gives_up_or_is_signalled_leaves_the_queue_at_once() {
     let redis = RedisServer::start();
