@@ -59,6 +59,12 @@ pub fn main() -> ExitCode {
     // As the run's other events show it: escaped bytes, no quotes.
     let key = invocation.key().escape_ascii().to_string();
     let fail = |e| report(e, Some(&key), output.format);
+    if let Err(e) = room_for_the_runtime() {
+        return fail(exit::Error::Internal(anyhow::anyhow!(
+            "no descriptors left to start with ({e}): nearly all of the open-file limit (ulimit -n) \
+             is taken by descriptors the wrapper was started with"
+        )));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(exit::Error::Internal(e.into())),
@@ -94,6 +100,24 @@ pub fn main() -> ExitCode {
 fn detect_cpu_features_aside() {
     #[cfg(target_arch = "x86_64")]
     let _ = std::thread::Builder::new().stack_size(16 * 1024).spawn(|| std::is_x86_feature_detected!("avx2"));
+}
+
+/// How many descriptors building the runtime takes: its poller and waker, and the socket pair
+/// of tokio's signal handling with a copy of one end.
+const RUNTIME_DESCRIPTORS: usize = 6;
+
+/// Makes sure building the runtime cannot run out of descriptors half-way: tokio makes its
+/// signal handling's socket pair as the runtime is built and aborts the process if it cannot (a
+/// wrapper started with nearly every descriptor taken, by a parent that leaks them). Taken and
+/// given back here first, so that running out is an error with a message.
+fn room_for_the_runtime() -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    let stderr = std::io::stderr();
+    let taken = (0..RUNTIME_DESCRIPTORS)
+        .map(|_| stderr.as_fd().try_clone_to_owned())
+        .collect::<std::io::Result<Vec<_>>>()?;
+    drop(taken);
+    Ok(())
 }
 
 /// The error line for a status the wrapper chose. A text line is the message alone; a JSON line

@@ -941,6 +941,50 @@ fn without_a_guardian_the_command_is_not_run() {
     assert!(refused > 0, "no descriptor count left room for everything but the guardian");
 }
 
+/// Started with nearly every descriptor taken (a parent that leaks them), a run fails with a
+/// diagnosis, whichever part of its set-up runs out first: never a panic (tokio's signal
+/// handling aborted when it could not make its socket pair), never the command unguarded.
+#[test]
+fn out_of_descriptors_at_start_a_run_fails_with_a_message_not_a_panic() {
+    use std::os::unix::process::CommandExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let devnull = std::fs::File::open("/dev/null").unwrap();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&devnull);
+    let mut statuses = std::collections::BTreeMap::new();
+    for taken in 50..62 {
+        let marker = file(&dir, &format!("ran-{taken}"));
+        let mut cmd = redlock(&redis);
+        cmd.args(["-k", "lock:fds-start", "--", "sh", "-c", "echo ran > \"$MARKER\""]).env("MARKER", &marker);
+        // SAFETY: between fork and exec only dup2(2) and setrlimit(2), both async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in 3..3 + taken {
+                    if fd != raw && nix::libc::dup2(raw, fd) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                let limit = nix::libc::rlimit { rlim_cur: 64, rlim_max: 64 };
+                if nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let r = run(&mut cmd, LIMIT);
+        assert!(!r.stderr.contains("panicked"), "{taken} taken: {}", r.stderr);
+        assert!([0, 70, 126].contains(&r.code), "{taken} taken: {}: {}", r.code, r.stderr);
+        assert_eq!(marker.exists(), r.code == 0, "{taken} taken: {}", r.stderr);
+        if r.code != 0 {
+            assert!(r.stderr.contains("error:"), "{taken} taken: says why: {}", r.stderr);
+        }
+        *statuses.entry(r.code).or_insert(0) += 1;
+    }
+    println!("statuses: {statuses:?}");
+    assert!(statuses.contains_key(&70), "no count of descriptors ran out in the set-up: {statuses:?}");
+    assert_eq!(redis.cmd::<i64>(&[b"EXISTS", b"lock:fds-start"]), 0, "no lock left behind");
+}
+
 /// Started through the dynamic loader (`ld.so BIN …`), /proc/self/exe is the loader, which
 /// cannot be the guardian: its complaint stays out of the run's stderr, and a forked guardian
 /// takes its place.
