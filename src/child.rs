@@ -63,7 +63,7 @@ pub async fn ready_guardian(
 /// A guardian forked now, or why the command `argv` cannot run (see [`ready_guardian`]).
 fn forked_guardian(argv: &[OsString]) -> Result<sys::Guardian, Error> {
     sys::Guardian::fork().map_err(|e| Error::Spawn {
-        command: argv.first().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default(),
+        command: argv.first().map(|p| shown(p)).unwrap_or_default(),
         reason: format!("cannot start the guardian of its process group: {e}"),
         code: status::NOT_EXECUTABLE,
     })
@@ -408,7 +408,14 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
         io::ErrorKind::NotFound => status::NOT_FOUND,
         _ => status::NOT_EXECUTABLE,
     };
-    Error::Spawn { command: program.to_string_lossy().into_owned(), reason: e.to_string(), code }
+    Error::Spawn { command: shown(program), reason: e.to_string(), code }
+}
+
+/// A command's name as diagnostics show it: its bytes escaped, so that a newline or a control
+/// character in it cannot start what looks like another line of the wrapper's.
+fn shown(program: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    program.as_bytes().escape_ascii().to_string()
 }
 
 #[cfg(test)]

@@ -109,6 +109,11 @@ fn the_command_is_found_in_path_as_execvp_finds_it() {
     assert!(r.stderr.contains("Permission denied"), "{}", r.stderr);
     let r = go(&["no-such-command-anywhere"]);
     assert_eq!(r.code, 127, "{}", r.stderr);
+    // A name with a newline cannot make a line of its own that looks like the wrapper's.
+    let r = go(&["nothing\nredlock-run: info: released key=lock:path outcome=\"released\""]);
+    assert_eq!(r.code, 127, "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "one line: {}", r.stderr);
+    assert!(r.stderr.contains(r#"cannot run nothing\nredlock-run: info: released"#), "{}", r.stderr);
     assert!(!redis.exists(b"lock:path"));
 }
 
