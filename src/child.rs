@@ -201,6 +201,9 @@ impl Child {
     /// when Ctrl-Z stopped the child it was vfork()ing, so that no stop is ever reported for the
     /// command itself.
     pub fn stop_pending_in_d(&self) -> bool {
+        if !proc_is_ours() {
+            return false;
+        }
         let dir = format!("/proc/{}", self.pid);
         let in_d = std::fs::read(format!("{dir}/stat"))
             .is_ok_and(|stat| member_state(&stat, self.pid.as_raw()).is_some_and(|(state, _)| state == b'D'));
@@ -331,8 +334,24 @@ fn environment(env: &LockEnv) -> Vec<OsString> {
     all
 }
 
-/// The state of process group `pgid` from /proc: `None` when /proc cannot be read.
+/// Whether /proc shows this process's own PID namespace: in a PID namespace whose /proc was not
+/// mounted anew (`unshare -p -f` without `--mount-proc`, some sandboxes), the numbers there name
+/// other processes, and nothing read there may be taken for the command's. Such a /proc counts
+/// as none.
+fn proc_is_ours() -> bool {
+    static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OURS.get_or_init(|| {
+        let own = std::fs::read_link("/proc/self").ok().and_then(|p| p.to_str()?.parse::<u32>().ok());
+        own == Some(std::process::id())
+    })
+}
+
+/// The state of process group `pgid` from /proc: `None` when /proc cannot be read (or is not
+/// this PID namespace's).
 fn group_state(pgid: i32) -> Option<Group> {
+    if !proc_is_ours() {
+        return None;
+    }
     // (pid, state, parent) of every member.
     let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {

@@ -290,6 +290,71 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
     assert!(!redis.exists(b"lock:pid1"));
 }
 
+/// In a PID namespace whose /proc was not mounted anew, /proc names the enclosing namespace's
+/// processes: the wrapper reads nothing there. Stopped processes outside, whose group numbers
+/// were the command's inside, made it take its group for stopped and suspend itself while a
+/// member that ignores SIGTSTP ran on, the lease lapsed.
+#[test]
+fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_commands_group() {
+    if Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: cannot create a PID namespace here (needs root and util-linux unshare)");
+        return;
+    }
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let log = file(&dir, "log");
+    let key = "lock:foreign-proc";
+    // The outer namespace has its own /proc: stopped sessions 2..14 there. The inner one keeps
+    // that /proc, where the command's group number (a small one) names one of them.
+    let inner = format!(
+        "'{BIN}' --redis-url {} -k {key} --ttl 2s --kill-grace 1s -- sh -c \
+         'trap \"\" TSTP; while :; do echo x >> \"$LOG\"; sleep 0.02; done'; true",
+        redis.url()
+    );
+    let outer = format!(
+        "for i in $(seq 2 14); do setsid sleep 600 & done; sleep 0.2; \
+         kill -STOP $(pgrep -x sleep); unshare --pid --fork sh -c \"$INNER\"; true"
+    );
+    let mut unshare = Command::new("unshare");
+    default_signals(&mut unshare);
+    let mut ns = unshare
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &outer])
+        .env("INNER", &inner)
+        .env("LOG", &log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn unshare");
+    assert!(wait_until(Duration::from_secs(10), || lines(&log) > 0), "the command runs");
+    let wrapper = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmdline.starts_with(BIN.as_bytes()) && cmdline.windows(key.len()).any(|w| w == key.as_bytes())
+        })
+        .expect("the wrapper");
+    kill(Pid::from_raw(wrapper), Signal::SIGTSTP).unwrap();
+    // Past the TTL: the member ignores SIGTSTP, so the wrapper must stop it (SIGSTOP after the
+    // grace) or keep the lock; it must never be running while the lock has lapsed.
+    std::thread::sleep(Duration::from_millis(3500));
+    let before = lines(&log);
+    std::thread::sleep(Duration::from_millis(500));
+    let progressed = lines(&log) > before;
+    let held = redis.exists(key.as_bytes());
+    let _ = kill(Pid::from_raw(ns.id() as i32), Signal::SIGKILL);
+    let _ = ns.wait();
+    assert!(
+        held || !progressed,
+        "a member ran on with the lease lapsed (wrapper suspended on a look-alike group)"
+    );
+}
+
 /// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
 /// login shell's job would be. Returns the child and the pty master (drained in the background).
 fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
