@@ -316,14 +316,12 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
          'trap \"\" TSTP; while :; do echo x >> \"$LOG\"; sleep 0.02; done'; true",
         redis.url()
     );
-    let outer = format!(
-        "for i in $(seq 2 14); do setsid sleep 600 & done; sleep 0.2; \
-         kill -STOP $(pgrep -x sleep); unshare --pid --fork sh -c \"$INNER\"; true"
-    );
+    let outer = "for i in $(seq 2 14); do setsid sleep 600 & done; sleep 0.2; \
+         kill -STOP $(pgrep -x sleep); unshare --pid --fork sh -c \"$INNER\"; true";
     let mut unshare = Command::new("unshare");
     default_signals(&mut unshare);
     let mut ns = unshare
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &outer])
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", outer])
         .env("INNER", &inner)
         .env("LOG", &log)
         .stderr(Stdio::piped())
