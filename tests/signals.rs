@@ -353,6 +353,36 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
     );
 }
 
+/// With an empty /proc (a tmpfs mounted over it), the group looked empty while its background
+/// job ran: the job was killed with SIGKILL at once instead of SIGTERM and the grace.
+#[test]
+fn with_an_empty_proc_leftovers_still_get_sigterm_first() {
+    if Command::new("unshare")
+        .args(["--mount", "--fork", "true"])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: cannot create a mount namespace here (needs root and util-linux unshare)");
+        return;
+    }
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let log = file(&dir, "log");
+    let job = "(trap 'echo term >> \"$LOG\"; exit 0' TERM; sleep 30 & wait) & sleep 0.3; exit 3";
+    let r = run(
+        Command::new("unshare")
+            .args(["--mount", "--fork", "sh", "-c", "mount -t tmpfs none /proc && exec \"$@\"", "sh", BIN])
+            .args(["--redis-url", &redis.url(), "-k", "lock:empty-proc", "--kill-grace", "2s", "--"])
+            .args(["sh", "-c", job])
+            .env("LOG", &log),
+        LIMIT,
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "term\n", "{}", r.stderr);
+    assert!(!redis.exists(b"lock:empty-proc"));
+}
+
 /// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
 /// login shell's job would be. Returns the child and the pty master (drained in the background).
 fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
