@@ -573,6 +573,21 @@ impl Guardian {
         let _ = nix::unistd::write(&self.socket, &[UNWATCH]);
     }
 
+    /// Guard the command `pid` (its process group): what the command's own process says before
+    /// its exec, said by the wrapper to a guardian that takes another's place.
+    pub fn guard(&self, pid: Pid) {
+        let mut message = [GUARD; 5];
+        message[1..].copy_from_slice(&pid.as_raw().to_ne_bytes());
+        let _ = nix::unistd::write(&self.socket, &message);
+    }
+
+    /// A copy of the wrapper's end of the socket (close-on-exec), which reads end-of-file once
+    /// the guardian is gone: it says nothing more once it runs.
+    pub fn watch_socket(&self) -> io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.socket.as_fd().try_clone_to_owned()
+    }
+
     /// The command's group is gone: the guardian may leave without doing anything.
     pub fn dismiss(self) {
         let _ = nix::unistd::write(&self.socket, &[DISMISS]);

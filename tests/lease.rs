@@ -652,6 +652,41 @@ fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
     assert!(died, "the command outlived its wrapper");
 }
 
+/// A guardian killed while the command runs is replaced at once, and the run says so: a wrapper
+/// SIGKILLed afterwards still takes its command's whole group with it (the parent-death signal
+/// alone reaches only the command, not its background job).
+#[test]
+fn a_guardian_killed_while_the_command_runs_is_replaced() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, log) = (file(&dir, "pid"), file(&dir, "stderr"));
+    let mut wrapper = redlock(&redis)
+        .args(["-k", "lock:guardian-killed", "--ttl", "60s", "--"])
+        .args(recorded("sleep 100 & while :; do sleep 0.1; done"))
+        .env("PIDFILE", &pidfile)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn");
+    let pgid = recorded_pid(&pidfile);
+    assert!(wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2), "the job runs");
+    let first = find_guardian(wrapper.id(), pgid).expect("found the guardian");
+    kill(Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    let mut second = None;
+    wait_until(Duration::from_secs(5), || {
+        second = find_guardian(wrapper.id(), pgid)
+            .filter(|&g| g != first && process_state(g as u32).as_deref() != Some("Z"));
+        second.is_some()
+    });
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || group_members(pgid).is_empty());
+    let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(second.is_some(), "no guardian took the killed one's place: {stderr}");
+    assert!(stderr.contains("guardian"), "the run says its guardian was replaced: {stderr}");
+    assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
+}
+
 /// A waiter's guardian killed while it waits (a `pkill -KILL` matching it) is replaced when the
 /// command starts: the run goes on, guarded, instead of ending with 126 ("Broken pipe" from the
 /// dead guardian's socket), even when the guardian had said it runs before it was killed.

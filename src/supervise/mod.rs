@@ -66,6 +66,7 @@ pub async fn supervise(
     let mut machine = Machine::new(rules, lease, Instant::now());
     let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
 
+    let mut guardian_gone = Box::pin(crate::child::guardian_gone(shell.child.guardian_socket()));
     let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
     stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let finish = loop {
@@ -106,6 +107,12 @@ pub async fn supervise(
                 shell.child.stop_pending_in_d().then_some(Input::Stopped)
             }
             () = sleep_until(wake) => None,
+            // Someone killed the guardian while the command runs: another takes its place.
+            () = &mut guardian_gone, if !shell.reported_exit => {
+                shell.child.replace_guardian();
+                guardian_gone = Box::pin(crate::child::guardian_gone(shell.child.guardian_socket()));
+                None
+            }
         };
         if let Some(input) = input {
             shell.feed(&mut machine, input);
