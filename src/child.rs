@@ -169,10 +169,13 @@ impl Child {
         Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guardian: Some(guardian) })
     }
 
-    /// A copy of the guardian's socket, readable once the guardian is gone (see
-    /// [`guardian_gone`]); `None` without a guardian.
-    pub fn guardian_socket(&self) -> Option<std::os::fd::OwnedFd> {
-        self.guardian.as_ref().and_then(|g| g.watch_socket().ok())
+    /// Resolves once the command's guardian is gone (see [`sys::Guardian::gone`]); never
+    /// without one.
+    pub fn guardian_gone(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
+        match &self.guardian {
+            Some(guardian) => Box::pin(guardian.gone()),
+            None => Box::pin(std::future::pending()),
+        }
     }
 
     /// The guardian died while the command runs (someone killed it): another one is forked and
@@ -460,32 +463,6 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
 fn shown(program: &std::ffi::OsStr) -> String {
     use std::os::unix::ffi::OsStrExt;
     program.as_bytes().escape_ascii().to_string()
-}
-
-/// Resolves once the guardian whose socket `socket` is a copy of ([`Child::guardian_socket`])
-/// is gone: the guardian says nothing once it runs, so its end reads end-of-file (or fails).
-/// Never resolves without a socket.
-pub async fn guardian_gone(socket: Option<std::os::fd::OwnedFd>) {
-    let stream = socket.and_then(|fd| {
-        let stream = std::os::unix::net::UnixStream::from(fd);
-        // The copy shares the wrapper's end's flags: its own writes to the guardian are single
-        // bytes to an empty buffer, which never wait anyway.
-        stream.set_nonblocking(true).ok()?;
-        tokio::net::UnixStream::from_std(stream).ok()
-    });
-    let Some(stream) = stream else { return std::future::pending().await };
-    let mut buf = [0u8; 16];
-    loop {
-        if stream.readable().await.is_err() {
-            return std::future::pending().await;
-        }
-        match stream.try_read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return,
-        }
-    }
 }
 
 #[cfg(test)]

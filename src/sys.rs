@@ -581,11 +581,34 @@ impl Guardian {
         let _ = nix::unistd::write(&self.socket, &message);
     }
 
-    /// A copy of the wrapper's end of the socket (close-on-exec), which reads end-of-file once
-    /// the guardian is gone: it says nothing more once it runs.
-    pub fn watch_socket(&self) -> io::Result<std::os::fd::OwnedFd> {
+    /// Resolves once this guardian is gone (someone killed it), without holding on to it: it
+    /// waits on a copy of the wrapper's end of the socket (close-on-exec), which reads
+    /// end-of-file (or fails) then, since a guardian that runs says nothing more. Never
+    /// resolves if no copy can be made.
+    pub fn gone(&self) -> impl Future<Output = ()> + Send + 'static {
         use std::os::fd::AsFd;
-        self.socket.as_fd().try_clone_to_owned()
+        let copy = self.socket.as_fd().try_clone_to_owned().ok().and_then(|fd| {
+            let stream = std::os::unix::net::UnixStream::from(fd);
+            // The copy shares the wrapper's end's flags: its own writes to the guardian are
+            // single bytes to an empty buffer, which never wait anyway.
+            stream.set_nonblocking(true).ok()?;
+            tokio::net::UnixStream::from_std(stream).ok()
+        });
+        async move {
+            let Some(stream) = copy else { return std::future::pending().await };
+            let mut buf = [0u8; 16];
+            loop {
+                if stream.readable().await.is_err() {
+                    return std::future::pending().await;
+                }
+                match stream.try_read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return,
+                }
+            }
+        }
     }
 
     /// The command's group is gone: the guardian may leave without doing anything.

@@ -487,23 +487,13 @@ fn an_outage_is_retried_for_the_whole_budget() {
 /// configuration error, before anything runs.
 #[test]
 fn a_tiny_open_file_limit_is_refused_before_anything_runs() {
-    use std::os::unix::process::CommandExt;
     let redis = RedisServer::start();
     for (limit, expected) in [(9u64, 78), (64, 0)] {
         let dir = tmp();
         let marker = dir.path().join("ran");
         let mut cmd = redlock(&redis);
         cmd.args(["-k", "lock:nofile", "--fail-open", "--", "touch"]).arg(&marker);
-        // SAFETY: between fork and exec only setrlimit(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                let nofile = nix::libc::rlimit { rlim_cur: limit, rlim_max: limit };
-                if nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &nofile) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        with_descriptors(&mut cmd, limit, 0);
         let r = run(&mut cmd, Duration::from_secs(30));
         assert_eq!(r.code, expected, "ulimit -n {limit}: {}", r.stderr);
         assert_eq!(marker.exists(), expected == 0, "ulimit -n {limit}: the command ran? {}", r.stderr);

@@ -232,13 +232,7 @@ fn a_signal_while_redis_does_not_answer_aborts_with_nothing_run() {
 /// honoured (the kernel drops signals PID 1 has no handler for) and the status is the command's.
 #[test]
 fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
-    if Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("skipped: cannot create a PID namespace here (needs root and util-linux unshare)");
+    if !can_unshare(&["--pid", "--fork", "--mount-proc"]) {
         return;
     }
     let redis = RedisServer::start();
@@ -296,13 +290,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
 /// member that ignores SIGTSTP ran on, the lease lapsed.
 #[test]
 fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_commands_group() {
-    if Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("skipped: cannot create a PID namespace here (needs root and util-linux unshare)");
+    if !can_unshare(&["--pid", "--fork", "--mount-proc"]) {
         return;
     }
     let redis = RedisServer::start();
@@ -357,13 +345,7 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
 /// job ran: the job was killed with SIGKILL at once instead of SIGTERM and the grace.
 #[test]
 fn with_an_empty_proc_leftovers_still_get_sigterm_first() {
-    if Command::new("unshare")
-        .args(["--mount", "--fork", "true"])
-        .status()
-        .map(|s| !s.success())
-        .unwrap_or(true)
-    {
-        eprintln!("skipped: cannot create a mount namespace here (needs root and util-linux unshare)");
+    if !can_unshare(&["--mount", "--fork"]) {
         return;
     }
     let redis = RedisServer::start();

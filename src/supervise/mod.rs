@@ -66,7 +66,7 @@ pub async fn supervise(
     let mut machine = Machine::new(rules, lease, Instant::now());
     let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
 
-    let mut guardian_gone = Box::pin(crate::child::guardian_gone(shell.child.guardian_socket()));
+    let mut guardian_gone = shell.child.guardian_gone();
     let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
     stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let finish = loop {
@@ -110,7 +110,7 @@ pub async fn supervise(
             // Someone killed the guardian while the command runs: another takes its place.
             () = &mut guardian_gone, if !shell.reported_exit => {
                 shell.child.replace_guardian();
-                guardian_gone = Box::pin(crate::child::guardian_gone(shell.child.guardian_socket()));
+                guardian_gone = shell.child.guardian_gone();
                 None
             }
         };

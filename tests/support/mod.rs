@@ -380,6 +380,49 @@ pub fn redlock_at(url: &str) -> Command {
     cmd
 }
 
+/// Starts `cmd` under an open-file limit of `limit`, with descriptors 3 to 2 + `taken` already
+/// open (on /dev/null), as a parent that leaks them leaves them: the limit caps descriptor
+/// numbers, so these take the lowest ones above stdio.
+pub fn with_descriptors(cmd: &mut Command, limit: u64, taken: i32) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only open(2), dup2(2), close(2) and setrlimit(2), all
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let last_error = || Err(std::io::Error::last_os_error());
+            if taken > 0 {
+                let null = nix::libc::open(c"/dev/null".as_ptr(), nix::libc::O_RDONLY);
+                if null < 0 {
+                    return last_error();
+                }
+                for fd in 3..3 + taken {
+                    if fd != null && nix::libc::dup2(null, fd) < 0 {
+                        return last_error();
+                    }
+                }
+                if null >= 3 + taken {
+                    nix::libc::close(null);
+                }
+            }
+            let nofile = nix::libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if nix::libc::setrlimit(nix::libc::RLIMIT_NOFILE, &nofile) != 0 {
+                return last_error();
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Whether `unshare` with these options works here (root and util-linux); tests that need it
+/// say they are skipped otherwise.
+pub fn can_unshare(options: &[&str]) -> bool {
+    let works = Command::new("unshare").args(options).arg("true").status().is_ok_and(|s| s.success());
+    if !works {
+        eprintln!("skipped: `unshare {}` does not work here (needs root and util-linux)", options.join(" "));
+    }
+    works
+}
+
 /// Starts `cmd` with the signals the wrapper handles at their default disposition, whatever
 /// the test runner inherited (`nohup` ignores SIGHUP; a shell's `&` ignores SIGINT and
 /// SIGQUIT): the wrapper keeps an inherited ignore (README), and the tests must not depend on
