@@ -11,7 +11,7 @@ use crate::backoff::full_jitter;
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
 use crate::lock::keys::GRANT_SUFFIX;
-use crate::lock::{Acquired, Fault, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
+use crate::lock::{Acquired, Fault, Handover, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
 use crate::signals::Signals;
 use crate::sys::Guardian;
 
@@ -20,13 +20,6 @@ const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
 /// announcement is missed (a dropped subscription).
 const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
-
-/// The least time a lock handed over must leave, beyond the kill-grace, for the renewal that
-/// follows the command's start (`renew::CONFIRM_AFTER`) to confirm it before the command would
-/// have to be stopped (a lock handed over is taken for the holder's kill-grace + 1 s, and the
-/// waiter's last attempt may have gone out up to a keep-alive, 0.5 s, before; less than this
-/// left: the waiter confirms it first).
-const CONFIRM_ROOM: Duration = Duration::from_millis(250);
 
 /// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock
 /// handed over: one woken at the deadline (a timer, or the scheduler, a little late) tries once
@@ -46,7 +39,7 @@ pub enum Outcome {
         /// This run's place in the queue when it joined (1 = next), if it had to queue.
         queue_position: Option<u64>,
         /// A release handed the lock over: the lease is short until the first renewal, which
-        /// goes out soon after the command's start (`renew::CONFIRM_AFTER`).
+        /// goes out soon after the command's start (`Handover::CONFIRM_AFTER`).
         handed_over: bool,
         /// The subscription of a run that waited, to be let go of once the command is under way
         /// (closing it is work for Redis and for the wrapper that would compete with the
@@ -167,7 +160,7 @@ pub async fn acquire(
                             let lease = Lease::handed(attempt_sent, grant, config.ttl);
                             let now = Instant::now();
                             if lock.handed_over_since_last_attempt(fence)
-                                && lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) + CONFIRM_ROOM
+                                && Handover::usable(&lease, now, config.kill_grace)
                                 && now <= wait_until + LATE
                             {
                                 return Ok(Outcome::Acquired {

@@ -7,12 +7,8 @@ use std::time::Duration;
 
 use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
 use crate::exit::Error;
+pub use crate::lock::KILL_AHEAD;
 use crate::lock::{Kind, drift};
-
-/// SIGKILL goes to the command this long before the lease deadline, whatever `--kill-grace` is
-/// (timer granularity and scheduling delay must not let it outlive the lease). The supervisor's
-/// stop path uses this value; validation counts it in.
-pub const KILL_AHEAD: Duration = Duration::from_millis(10);
 
 /// The least time left between a renewal going out and the moment the command would have to be
 /// stopped without it. The first renewal goes out `renew-every` after the acquisition's reply,

@@ -9,12 +9,15 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::lock::{Fault, Lease, Lock};
+use crate::lock::{Fault, Handover, Lease, Lock};
 
 #[derive(Debug)]
 pub enum LeaseEvent {
     /// A renewal succeeded before the deadline; this is the new lease.
     Renewed(Lease),
+    /// A renewal went out that may cut the key's expiry short (a lock handed over for longer
+    /// than the TTL): until it is confirmed, this is the lease.
+    Renewing(Lease),
     /// A renewal could not be confirmed (timeout, connection loss, READONLY, …); retrying.
     Failing { error: String, left: Duration },
     /// The key no longer holds our value: someone deleted or replaced it, or it expired.
@@ -23,13 +26,6 @@ pub enum LeaseEvent {
     Expired,
 }
 
-/// How long after its command's start a lock handed over by a release is confirmed: a moment
-/// in which the command gets under way without Redis's work for the renewal competing with its
-/// start-up on a small machine (the handoff got 0.08 ms shorter on a 2-core VM:
-/// BENCHMARKS.md). A small part of the room the handover must leave for it
-/// (`acquire::CONFIRM_ROOM`, 250 ms). A run that waited lets go of its subscription then too.
-pub const CONFIRM_AFTER: Duration = Duration::from_millis(5);
-
 /// The running renewal loop. [`Renewer::stop`] ends it and gives the lock back for release.
 pub struct Renewer {
     stop: oneshot::Sender<()>,
@@ -37,8 +33,9 @@ pub struct Renewer {
 }
 
 impl Renewer {
-    /// `confirm_soon`: the first renewal goes out [`CONFIRM_AFTER`] after `acquired` (a lock
-    /// handed over by a release, whose lease is short until then), else `every` after it.
+    /// `confirm_soon`: the first renewal goes out [`Handover::CONFIRM_AFTER`] after `acquired`
+    /// (a lock handed over by a release, whose lease lasts only the grant until then), else
+    /// `every` after it.
     pub fn start(
         lock: Lock,
         lease: Lease,
@@ -48,7 +45,7 @@ impl Renewer {
     ) -> (Renewer, mpsc::UnboundedReceiver<LeaseEvent>) {
         let (events, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
-        let first = if confirm_soon { acquired + CONFIRM_AFTER } else { acquired + every };
+        let first = if confirm_soon { acquired + Handover::CONFIRM_AFTER } else { acquired + every };
         let task = tokio::spawn(renew_loop(lock, lease, first, every, events, stopped));
         (Renewer { stop, task }, rx)
     }
@@ -82,6 +79,9 @@ async fn renew_loop(
         let sent = Instant::now();
         if lease.expired(sent) {
             break LeaseEvent::Expired;
+        }
+        if lease.sending(sent) {
+            let _ = events.send(LeaseEvent::Renewing(lease));
         }
         let result = tokio::select! {
             biased;

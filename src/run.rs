@@ -9,12 +9,12 @@ use tokio::time::Instant;
 
 use crate::acquire::{Outcome, acquire};
 use crate::child::{Child, LockEnv, ready_guardian};
-use crate::config::{Config, KILL_AHEAD};
+use crate::config::Config;
 use crate::exit::Error;
-use crate::lock::{Conn, HANDOVER_SLACK, Lock, Success};
+use crate::lock::{Conn, Handover, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
-use crate::renew::{CONFIRM_AFTER, Renewer};
+use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 use crate::sys::{self, Guardian};
@@ -61,7 +61,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     }
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
-    lock.hand_over_for((config.kill_grace.max(KILL_AHEAD) + HANDOVER_SLACK).min(config.ttl));
+    lock.hand_over_for(Handover::grant(config.kill_grace, config.ttl));
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();
     // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
@@ -122,7 +122,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     if let Some(subscription) = subscription {
         // Let go of once the command is under way (see `Outcome::Acquired`).
         tokio::spawn(async move {
-            tokio::time::sleep(CONFIRM_AFTER).await;
+            tokio::time::sleep(Handover::CONFIRM_AFTER).await;
             drop(subscription);
         });
     }

@@ -260,6 +260,64 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
     assert_eq!(fence.trim(), counter, "the fence handed over is the counter's");
 }
 
+/// A waiter whose --ttl (1 s) is shorter than the hand-over (the holder's kill-grace, 5 s, +
+/// 1 s), cut off from Redis 100 ms after its command starts: its first renewal cut the key
+/// down to its own TTL, and so its deadline; its command is dead before the key expires and
+/// the next run starts (it ran on for 4.5 s beside the next before).
+#[test]
+fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
+    let redis = RedisServer::start();
+    let proxy = support::fault::FaultProxy::start(redis.port);
+    let dir = tmp();
+    let (go, pid_file) = (file(&dir, "go"), file(&dir, "pid"));
+    let key = "lock:short-ttl-handover";
+    let mut holder = holder(&redis, key, &go);
+    let w = redlock_at(&proxy.url())
+        .args([
+            "-k",
+            key,
+            "--ttl",
+            "1s",
+            "--wait",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            "echo $$ > \"$PID_FILE\"; exec sleep 8",
+        ])
+        .env("PID_FILE", &pid_file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    let pid = read_when_present(&pid_file, LIMIT).trim().to_owned();
+    std::thread::sleep(Duration::from_millis(100));
+    proxy.set(support::fault::Mode::Blackhole);
+    let cut = Instant::now();
+    // The next run looks at the cut-off waiter's command as its own starts.
+    let next = run(
+        redlock(&redis)
+            .args(["-k", key, "--wait", "20s", "--", "sh", "-c"])
+            .arg("s=$(sed 's/.*) //' /proc/$PID/stat 2>/dev/null | cut -d' ' -f1); echo \"${s:-gone}\"")
+            .env("PID", &pid),
+        LIMIT,
+    );
+    let next_after = cut.elapsed();
+    assert_eq!(next.code, 0, "{}", next.stderr);
+    let state = String::from_utf8_lossy(&next.stdout).trim().to_owned();
+    let o = wait_output(w, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    eprintln!("the next run ran {next_after:?} after the cut; the waiter's command was {state:?} then");
+    assert!(
+        state == "gone" || state == "Z",
+        "the handed-over waiter's command still ran ({state}) when the next run started, {next_after:?} \
+         after the cut: {stderr}"
+    );
+    assert_eq!(o.status.code(), Some(125), "{stderr}");
+}
+
 /// A lock handed over for less than the waiter needs (its kill-grace is longer than the
 /// holder's): the waiter confirms it for its own TTL before its command starts.
 #[test]

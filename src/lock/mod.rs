@@ -31,7 +31,7 @@ use crate::config::Idempotency;
 pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
-pub use lease::{Lease, drift};
+pub use lease::{Handover, KILL_AHEAD, Lease, drift};
 pub use values::{Holder, Kind, Success, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
@@ -85,13 +85,6 @@ pub const QUEUE_ENTRY: Duration = Duration::from_millis(1500);
 /// How often a queued waiter keeps its entry alive; each keep-alive is also an attempt, so a
 /// lock that expired (its holder died) goes to the first waiter within this.
 pub const QUEUE_KEEPALIVE: Duration = Duration::from_millis(500);
-
-/// What a release that hands the lock over to a waiter adds to the holder's kill-grace, for
-/// how long it takes the lock for that waiter: room for the waiter's last attempt having gone
-/// out up to one keep-alive before, and for the confirmation that extends it to its own TTL.
-/// A waiter handed the lock that cannot use it (frozen, or its host gone without closing its
-/// connection) holds up the queue no longer than that.
-pub const HANDOVER_SLACK: Duration = Duration::from_secs(1);
 
 /// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
 pub fn quorum(n: usize) -> usize {

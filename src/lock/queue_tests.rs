@@ -18,7 +18,10 @@
 //! - the first live waiter is granted a free lock when it asks (no one else can take it);
 //! - a release hands the lock over only to the first live waiter, exclusive and listening, and
 //!   always does when that one is certainly live; otherwise it leaves the lock free;
-//! - arrival numbers increase with each new waiter, and a waiter that joins again keeps its own.
+//! - arrival numbers increase with each new waiter, and a waiter that joins again keeps its own;
+//! - an exclusive holder's lease, counted as a run counts it (`Lease`: granted, handed over,
+//!   renewed), never ends later than the key's expiry in Redis minus the drift of the write
+//!   that set it, whether its TTL is shorter or longer than the hand-over's.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use redis::Value;
 
-use super::{Keys, Kind, scripts};
+use super::{Keys, Kind, Lease, drift, scripts};
 
 /// An entry's lifetime without a keep-alive, in these tests.
 const ENTRY: Duration = Duration::from_millis(100);
@@ -99,6 +102,8 @@ enum Step {
     Release(usize),
     /// Waiter `w` gives up its place.
     Leave(usize),
+    /// One of the holders renews (an index into them, modulo their number).
+    Renew(usize),
     /// Time passes (entries may lapse).
     Pause(u64),
 }
@@ -111,6 +116,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         6 => (0..WAITERS).prop_map(|w| Step::Ask { w, join: w < QUEUERS }),
         2 => (0..WAITERS).prop_map(Step::Release),
+        1 => (0..WAITERS).prop_map(Step::Renew),
         1 => (0..QUEUERS).prop_map(Step::Leave),
         2 => (0u64..180).prop_map(Step::Pause),
     ]
@@ -174,10 +180,21 @@ fn ask(
     join: bool,
     arrival: Option<u64>,
 ) -> Vec<Value> {
+    ask_for(conn, keys, value, Duration::from_secs(60), join, arrival)
+}
+
+fn ask_for(
+    conn: &mut redis::Connection,
+    keys: &Keys,
+    value: &str,
+    ttl: Duration,
+    join: bool,
+    arrival: Option<u64>,
+) -> Vec<Value> {
     let mut script = scripts::ACQUIRE.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.queue_seq);
     script.key(&keys.holders);
-    script.arg(value).arg(60_000).arg(60_000);
+    script.arg(value).arg(ttl.as_millis() as u64).arg(60_000);
     script.arg(if join { "1" } else { "0" }).arg(ENTRY.as_millis() as u64).arg(arrival.unwrap_or(0));
     script.arg(&keys.wake_prefix);
     script.invoke(conn).expect("ACQUIRE")
@@ -201,6 +218,52 @@ fn free(kind: Kind, holding: &[usize], kinds: &[Kind]) -> Option<usize> {
 
 /// What a release is asked to do besides the keys: hand over for this long, the fence TTL.
 const GRANT_MS: u64 = 60_000;
+
+/// The waiters' TTLs: shorter and longer than the hand-over.
+fn ttls() -> impl Strategy<Value = Vec<Duration>> {
+    proptest::collection::vec(
+        prop_oneof![Just(Duration::from_secs(20)), Just(Duration::from_secs(120))],
+        WAITERS,
+    )
+}
+
+/// A holder's lease as the run counts it, and the duration of the write that last set the
+/// key's expiry (for its drift).
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    lease: Lease,
+    written: Duration,
+}
+
+fn local(t: Instant) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(t)
+}
+
+/// The lease of an exclusive holder never ends later than the key's expiry, minus drift.
+fn within_expiry(
+    conn: &mut redis::Connection,
+    keys: &Keys,
+    step: usize,
+    held: &Held,
+) -> Result<(), TestCaseError> {
+    let pttl: i64 = redis::cmd("PTTL").arg(&keys.lock).query(conn).unwrap();
+    let read = Instant::now();
+    prop_assert!(pttl > 0, "step {}: an exclusive holder's key has no expiry: {}", step, pttl);
+    let expiry = local(read) + Duration::from_millis(pttl as u64 + 1);
+    prop_assert!(
+        held.lease.deadline() + drift(held.written) <= expiry,
+        "step {}: the lease ends {:?} after the key's expiry minus drift",
+        step,
+        (held.lease.deadline() + drift(held.written)) - expiry
+    );
+    Ok(())
+}
+
+fn renew(conn: &mut redis::Connection, keys: &Keys, value: &str, ttl: Duration) -> Vec<Value> {
+    let mut script = scripts::RENEW.key(&keys.lock);
+    script.key(&keys.holders).arg(value).arg(ttl.as_millis() as u64);
+    script.invoke(conn).expect("RENEW")
+}
 
 /// Subscribes a connection of its own to waiter `w`'s grant channel (the SUBSCRIBE confirmed,
 /// so that a release after this finds it listening).
@@ -238,7 +301,7 @@ fn release(conn: &mut redis::Connection, keys: &Keys, value: &str) -> Vec<Value>
     script.invoke(conn).expect("RELEASE")
 }
 
-fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCaseError> {
+fn check(kinds: &[Kind], ttls: &[Duration], listens: &[bool], steps: &[Step]) -> Result<(), TestCaseError> {
     let mut server = Server::start();
     let keys = Keys::new(b"lock:generated");
     // Exclusive waiters that queue may listen; the connections stay open for the whole case.
@@ -249,16 +312,35 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
     let conn = &mut server.conn;
     let mut waiters = vec![Waiter::default(); WAITERS];
     let mut holding: Vec<usize> = Vec::new();
+    let mut held: Vec<Option<Held>> = vec![None; WAITERS];
     let mut highest_arrival = 0u64;
     let mut highest_fence = 0i64;
     for (i, step) in steps.iter().enumerate() {
         match *step {
             Step::Pause(ms) => std::thread::sleep(Duration::from_millis(ms)),
+            Step::Renew(h) => {
+                if holding.is_empty() {
+                    continue;
+                }
+                let h = holding[h % holding.len()];
+                let sent = Instant::now();
+                let mut lease = held[h].map(|l| l.lease);
+                if let Some(lease) = lease.as_mut() {
+                    lease.sending(local(sent));
+                }
+                let reply = renew(conn, &keys, &value(h, kinds[h]), ttls[h]);
+                prop_assert_eq!(reply.first(), Some(&Value::Int(1)), "step {}: {} renews", i, h);
+                if let Some(mut lease) = lease {
+                    prop_assert!(lease.renewed(local(sent), local(Instant::now())), "step {}: renewed", i);
+                    held[h] = Some(Held { lease, written: ttls[h] });
+                }
+            }
             Step::Release(h) => {
                 if holding.is_empty() {
                     continue;
                 }
                 let h = holding.remove(h % holding.len());
+                held[h] = None;
                 let now = Instant::now();
                 let reply = release(conn, &keys, &value(h, kinds[h]));
                 prop_assert_eq!(reply.get(1), Some(&Value::Int(1)), "step {}: the holder's release", i);
@@ -298,6 +380,13 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                             .query(conn)
                             .unwrap();
                         prop_assert!(in_queue.is_none(), "step {}: {} handed over but still queued", i, w);
+                        // Counted from its last attempt, answered busy before the release ran.
+                        let attempt = waiters[w].kept.expect("a queued waiter asked");
+                        let grant = Duration::from_millis(GRANT_MS);
+                        held[w] = Some(Held {
+                            lease: Lease::handed(local(attempt), grant, ttls[w]),
+                            written: grant,
+                        });
                         holding.push(w);
                         waiters[w].queued = false;
                     }
@@ -354,7 +443,7 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                 let must = join
                     && (waiters[w].surely_live(now) || mine.is_none())
                     && free.is_some_and(|f| maybe_before < f.min(if kind == Kind::Shared { 1 } else { f }));
-                let reply = ask(conn, &keys, &value(w, kind), join, mine);
+                let reply = ask_for(conn, &keys, &value(w, kind), ttls[w], join, mine);
                 let after = Instant::now();
                 let code = match reply.first() {
                     Some(Value::Int(n)) => *n,
@@ -376,6 +465,9 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                             other => return Err(TestCaseError::fail(format!("step {i}: fence {other:?}"))),
                         };
                         rises(i, fence, &mut highest_fence)?;
+                        if kind == Kind::Exclusive {
+                            held[w] = Some(Held { lease: Lease::new(local(now), ttls[w]), written: ttls[w] });
+                        }
                         holding.push(w);
                         waiters[w].queued = false;
                         // The permit invariant: never more holders than the kind admits.
@@ -443,6 +535,9 @@ fn check(kinds: &[Kind], listens: &[bool], steps: &[Step]) -> Result<(), TestCas
                 }
             }
         }
+        for h in held.iter().flatten() {
+            within_expiry(conn, &keys, i, h)?;
+        }
     }
     Ok(())
 }
@@ -453,10 +548,11 @@ proptest! {
     #[test]
     fn the_queue_serves_live_waiters_in_arrival_order_within_each_kind_s_limit(
         kinds in kinds(),
+        ttls in ttls(),
         listens in proptest::collection::vec(any::<bool>(), WAITERS),
         steps in proptest::collection::vec(step(), 1..40),
     ) {
-        check(&kinds, &listens, &steps)?;
+        check(&kinds, &ttls, &listens, &steps)?;
     }
 }
 

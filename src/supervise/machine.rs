@@ -398,6 +398,11 @@ impl Machine {
                     self.lease = Some(lease);
                 }
             }
+            LeaseEvent::Renewing(lease) => {
+                if self.lost_at.is_none() {
+                    self.lease = Some(lease);
+                }
+            }
             LeaseEvent::Failing { error, left } => {
                 self.renewal_failures += 1;
                 let left_ms = left.as_millis() as u64;

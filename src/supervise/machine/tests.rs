@@ -13,7 +13,14 @@
 //!    command and the stop reason call for;
 //! 6. a stop request sent to the group reaches the command, even one a suspension had stopped;
 //! 7. once the command has exited, what it left behind gets SIGTERM, then SIGKILL after the
-//!    grace: the run ends within `grace + KILL_WAIT` (plus polls).
+//!    grace: the run ends within `grace + KILL_WAIT` (plus polls);
+//! 8. the machine's deadline is never later than the key's expiry as Redis last set it, minus
+//!    the drift of that write, whether the run started on a lock handed over for longer or
+//!    shorter than its TTL, and whether a renewal was confirmed, carried out with its reply
+//!    lost, or lost on the way (a renewal in flight counts as carried out as it went out).
+//!
+//! Invariant 1 is checked against that expiry too (a model of Redis), not against the lease the
+//! code under test computes.
 
 use std::time::Duration;
 
@@ -21,18 +28,16 @@ use proptest::prelude::*;
 use tokio::time::{Instant, advance};
 
 use super::*;
+use crate::lock::drift;
 use crate::renew::LeaseEvent;
-
-const TTL: Duration = Duration::from_millis(3000);
 
 /// Something that happens in the world, after a pause.
 #[derive(Debug, Clone)]
 enum Ev {
-    /// A renewal whose request went out `rtt` before its reply.
-    Renew {
-        rtt_ms: u64,
-    },
-    RenewFailing,
+    /// The renewer sends a renewal (if none is in flight).
+    RenewSend,
+    /// The renewal in flight has this fate.
+    RenewReply(Fate),
     Lost,
     Signal(Signal),
     /// The command exits by itself (its leftovers stay).
@@ -44,8 +49,20 @@ enum Ev {
     Continue,
 }
 
+/// What becomes of a renewal: Redis carries it out or not, its reply arrives or not.
+#[derive(Debug, Clone, Copy)]
+enum Fate {
+    Confirmed,
+    ReplyLost,
+    RequestLost,
+}
+
 #[derive(Debug, Clone)]
 struct Case {
+    ttl_ms: u64,
+    /// The run started on a lock a release handed over for this long, counted from this much
+    /// before the start.
+    handover: Option<(u64, u64)>,
     grace_ms: u64,
     terminate: bool,
     foreground: bool,
@@ -64,6 +81,8 @@ impl Case {
     /// A command with one background job, both well behaved, under `--on-lost terminate`.
     fn one_leftover() -> Self {
         Case {
+            ttl_ms: 3000,
+            handover: None,
             grace_ms: 500,
             terminate: true,
             foreground: false,
@@ -93,8 +112,9 @@ fn signal() -> impl Strategy<Value = Signal> {
 
 fn event() -> impl Strategy<Value = Ev> {
     prop_oneof![
-        4 => (0u64..400).prop_map(|rtt_ms| Ev::Renew { rtt_ms }),
-        1 => Just(Ev::RenewFailing),
+        3 => Just(Ev::RenewSend),
+        3 => prop_oneof![4 => Just(Fate::Confirmed), 1 => Just(Fate::ReplyLost), 1 => Just(Fate::RequestLost)]
+            .prop_map(Ev::RenewReply),
         1 => Just(Ev::Lost),
         2 => signal().prop_map(Ev::Signal),
         1 => prop_oneof![Just(0u8), Just(3), Just(130)].prop_map(Ev::CommandExits),
@@ -106,6 +126,10 @@ fn event() -> impl Strategy<Value = Ev> {
 
 fn case() -> impl Strategy<Value = Case> {
     (
+        (
+            prop_oneof![Just(1000u64), Just(3000)],
+            proptest::option::weighted(0.4, (prop_oneof![Just(500u64), Just(2000), Just(6000)], 0u64..500)),
+        ),
         (prop_oneof![Just(5u64), Just(200), Just(500)], any::<bool>(), any::<bool>()),
         proptest::option::weighted(0.2, 100u64..4000),
         (any::<bool>(), any::<bool>(), any::<bool>()),
@@ -114,12 +138,15 @@ fn case() -> impl Strategy<Value = Case> {
     )
         .prop_map(
             |(
+                (ttl_ms, handover),
                 (grace_ms, terminate, foreground),
                 max_runtime_ms,
                 (ignores_term, ignores_int, ignores_tstp),
                 (leftovers, unkillable),
                 events,
             )| Case {
+                ttl_ms,
+                handover,
                 grace_ms,
                 terminate,
                 foreground,
@@ -152,10 +179,15 @@ struct World {
     exited_at: Option<Instant>,
     exit_reported: bool,
     leftovers: Vec<Proc>,
-    /// The renewer's own lease: what Redis was last confirmed to hold, and until when.
+    /// The renewer's own lease (`None` once it has reported its end).
     renewer: Option<Lease>,
-    /// The last confirmed deadline (the renewer stops extending it once it lapsed).
+    /// When the renewal in flight went out.
+    in_flight: Option<Instant>,
+    /// Redis's key: its expiry as last written by a write this run knows was carried out,
+    /// minus the drift of that write.
     valid_until: Instant,
+    /// The same for the renewal in flight, were it carried out as it went out.
+    valid_if_sent: Option<Instant>,
     lost_at: Option<Instant>,
     suspended: bool,
     /// Signals that reached the wrapper while it was suspended: handled when it runs again.
@@ -171,7 +203,16 @@ struct World {
 impl World {
     fn new(case: Case) -> Self {
         let now = Instant::now();
-        let lease = Lease::new(now, TTL);
+        let ttl = Duration::from_millis(case.ttl_ms);
+        let (lease, valid_until) = match case.handover {
+            Some((grant_ms, before_ms)) => {
+                let grant = Duration::from_millis(grant_ms);
+                let sent = now.checked_sub(Duration::from_millis(before_ms)).unwrap_or(now);
+                // The release ran after that attempt: at the earliest, as it went out.
+                (Lease::handed(sent, grant, ttl), sent + grant - drift(grant))
+            }
+            None => (Lease::new(now, ttl), now + ttl - drift(ttl)),
+        };
         let rules = Rules {
             grace: Duration::from_millis(case.grace_ms),
             on_lost: if case.terminate { OnLost::Terminate } else { OnLost::Ignore },
@@ -186,7 +227,9 @@ impl World {
             exit_reported: false,
             leftovers,
             renewer: Some(lease),
-            valid_until: lease.deadline(),
+            in_flight: None,
+            valid_until,
+            valid_if_sent: None,
             lost_at: None,
             suspended: false,
             pending: Vec::new(),
@@ -358,24 +401,37 @@ impl World {
             return;
         }
         match ev {
-            Ev::Renew { rtt_ms } => {
-                let Some(mut lease) = self.renewer else { return };
-                let sent = now.checked_sub(Duration::from_millis(rtt_ms)).unwrap_or(now);
-                if lease.renewed(sent, now) {
+            // As `renew::renew_loop` does.
+            Ev::RenewSend => {
+                let Some(mut lease) = self.renewer.filter(|_| self.in_flight.is_none()) else { return };
+                if lease.expired(now) {
+                    self.renewer = None;
+                    self.input(Input::Lease(LeaseEvent::Expired));
+                    return;
+                }
+                self.in_flight = Some(now);
+                let ttl = Duration::from_millis(self.case.ttl_ms);
+                self.valid_if_sent = Some(now + ttl - drift(ttl));
+                if lease.sending(now) {
+                    self.input(Input::Lease(LeaseEvent::Renewing(lease)));
+                }
+                self.renewer = Some(lease);
+            }
+            Ev::RenewReply(fate) => {
+                let (Some(mut lease), Some(sent)) = (self.renewer, self.in_flight.take()) else { return };
+                let carried_out = self.valid_if_sent.take();
+                if !matches!(fate, Fate::RequestLost) && self.lost_at.is_none() {
+                    self.valid_until = carried_out.expect("set as it went out");
+                }
+                if !matches!(fate, Fate::Confirmed) {
+                    let left = lease.remaining(now);
+                    self.input(Input::Lease(LeaseEvent::Failing { error: "timed out".into(), left }));
+                } else if lease.renewed(sent, now) {
                     self.renewer = Some(lease);
-                    if self.lost_at.is_none() {
-                        self.valid_until = lease.deadline();
-                    }
                     self.input(Input::Lease(LeaseEvent::Renewed(lease)));
                 } else {
                     self.renewer = None;
                     self.input(Input::Lease(LeaseEvent::Expired));
-                }
-            }
-            Ev::RenewFailing => {
-                if let Some(lease) = self.renewer {
-                    let left = lease.remaining(now);
-                    self.input(Input::Lease(LeaseEvent::Failing { error: "timed out".into(), left }));
                 }
             }
             Ev::Lost => {
@@ -423,8 +479,14 @@ impl World {
         self.input(Input::Signal(sig));
     }
 
+    /// The last moment the key is certainly this run's, whatever became of a renewal in flight.
+    fn valid(&self) -> Instant {
+        self.valid_if_sent.map_or(self.valid_until, |v| v.min(self.valid_until))
+    }
+
     fn check(&self) {
         let now = Instant::now();
+        let valid = self.valid();
         let grace = Duration::from_millis(self.case.grace_ms);
         let m = &self.machine;
         if let Some(finish) = m.finished() {
@@ -456,12 +518,12 @@ impl World {
         if self.case.terminate {
             // Ownership lost: SIGKILL follows SIGTERM after the grace at the latest.
             let kill_by = match self.lost_at {
-                Some(at) => (at + grace).min(self.valid_until - KILL_AHEAD),
-                None => self.valid_until - KILL_AHEAD,
+                Some(at) => (at + grace).min(valid - KILL_AHEAD),
+                None => valid - KILL_AHEAD,
             };
             if self.case.unkillable {
                 assert!(
-                    now < self.valid_until && self.lost_at.is_none(),
+                    now < valid && self.lost_at.is_none(),
                     "an unkillable command's run outlived the lease"
                 );
             } else if now >= kill_by {
@@ -480,8 +542,11 @@ impl World {
                 "a SIGTERM/SIGINT did not end the run in time"
             );
         }
-        if self.lost_at.is_some() || now >= self.valid_until {
-            assert!(m.lost() || now < m.lease.map_or(now, |l| l.deadline()), "a lapsed lease was revived");
+        if let Some(lease) = m.lease.filter(|_| !m.lost()) {
+            assert!(lease.deadline() <= valid, "the deadline is later than the key's expiry");
+        }
+        if self.lost_at.is_some() || now >= valid {
+            assert!(m.lost(), "a lapsed lease was revived");
         }
     }
 }
@@ -546,7 +611,9 @@ fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
         advance(Duration::from_millis(100)).await;
         world.carry_out(Vec::new());
         assert!(!world.suspended && world.group() == Group::Running, "still renewing, not suspended");
-        world.happen(Ev::Renew { rtt_ms: 1 });
+        world.happen(Ev::RenewSend);
+        advance(Duration::from_millis(1)).await;
+        world.happen(Ev::RenewReply(Fate::Confirmed));
         advance(Duration::from_millis(110)).await;
         world.carry_out(Vec::new());
         assert!(world.suspended, "suspended once SIGSTOP stopped the group");
