@@ -320,13 +320,8 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         // Keys whose stored names coincide (`a` and `{a}`), or a key that is another's stored
         // name (`{a}:fence`), would take one lock twice.
         let mine = crate::lock::Keys::new(raw);
-        if let Some(other) = names.iter().find(|k| collide(k, &mine)) {
-            return Err(usage(format!(
-                "--key {} and --key {} share the names stored next to them ({}); they are one lock",
-                crate::lock::show_key(&other.lock),
-                crate::lock::show_key(raw),
-                crate::lock::show_key(&mine.fence)
-            )));
+        if let Some(clash) = names.iter().find_map(|k| collision(k, &mine)) {
+            return Err(usage(clash));
         }
         if for_run && arg.value.len() > 1 && splits(raw) {
             return Err(usage(format!(
@@ -349,10 +344,25 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
     Ok(keys)
 }
 
-/// Whether two keys would share what is stored next to them, or one is stored next to the
-/// other.
-fn collide(a: &crate::lock::Keys, b: &crate::lock::Keys) -> bool {
-    a.fence == b.fence || a.stores(&b.lock) || b.stores(&a.lock)
+/// How two keys would be one lock: they share what is stored next to them (`a` and `{a}`), or
+/// one is a name stored next to the other (`a` and `{a}:fence`).
+fn collision(a: &crate::lock::Keys, b: &crate::lock::Keys) -> Option<String> {
+    let show = crate::lock::show_key;
+    let (first, second) = (show(&a.lock), show(&b.lock));
+    if a.fence == b.fence {
+        Some(format!(
+            "--key {first} and --key {second} share the names stored next to them ({}); they are one lock",
+            show(&a.fence)
+        ))
+    } else if let Some((key, stored)) = [(a, b), (b, a)].into_iter().find(|(k, s)| k.stores(&s.lock)) {
+        Some(format!(
+            "--key {} is one of the names stored next to --key {}; they are one lock",
+            show(&stored.lock),
+            show(&key.lock)
+        ))
+    } else {
+        None
+    }
 }
 
 /// Whether a key would not survive being split at whitespace: any space or control byte, or

@@ -197,9 +197,9 @@ fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several
         (&["D", "with space"][..], "contains whitespace"),
         (&["D", "vertical\x0btab"][..], "contains whitespace"),
         (&["D", "no\u{a0}break"][..], "contains whitespace"),
-        (&["a", "{a}"][..], "share the names stored next to them"),
-        (&["a", "{a}:fence"][..], "share the names stored next to them"),
-        (&["{a}:done:x", "a"][..], "share the names stored next to them"),
+        (&["a", "{a}"][..], r#"share the names stored next to them ("{a}:fence")"#),
+        (&["a", "{a}:fence"][..], r#"--key "{a}:fence" is one of the names stored next to --key "a""#),
+        (&["{a}:done:x", "a"][..], r#"--key "{a}:done:x" is one of the names stored next to --key "a""#),
         (&many[..], "a run holds at most 100 keys"),
     ] {
         let r = run(redlock(&redis).args(keys_args(keys)).args(["--", "true"]), LIMIT);
