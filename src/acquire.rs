@@ -72,6 +72,9 @@ pub async fn acquire(
     let mut queue_position = None;
     // Whether Redis answered any attempt of the current outage (then it is not unreachable).
     let mut answered = false;
+    // A nested run held off by a waiter that waits for the outer run's lock: why, once known.
+    let mut nested: Option<Option<String>> = None;
+    let mut said_unqueued = false;
 
     loop {
         let attempt_sent = Instant::now();
@@ -121,15 +124,45 @@ pub async fn acquire(
                     Acquired::Queued { position, key, .. } => (None, position, key),
                     Acquired::Yes { .. } | Acquired::AlreadyDone { .. } => (None, None, 0),
                 };
+                if join && !queued && !said_unqueued {
+                    said_unqueued = true;
+                    tracing::info!(
+                        "waiting without a place in a queue ({}): runs queued for these keys go first, and \
+                         this run may wait until --wait runs out",
+                        if lock.spans_slots() {
+                            "keys in several Cluster slots; a common hash tag puts them in one"
+                        } else {
+                            "a Redlock quorum"
+                        }
+                    );
+                }
                 if queue_position.is_none() && position.is_some() {
                     queue_position = position;
                     // The place at the key that held the run off (of several, the first).
                     let key = config.keys.get(at).unwrap_or(&config.key);
                     tracing::info!(key = %key.escape_ascii(), position, "queued for the lock");
                 }
+                if let (Acquired::Queued { first, key, .. }, Some(outer), None) =
+                    (&busy_now, &config.outer, &nested)
+                {
+                    let why = lock.waits_for(first, &outer.keys, &outer.value).await.then(|| {
+                        let theirs: Vec<String> = outer.keys.iter().map(|k| show_key(k)).collect();
+                        format!(
+                            "the run queued first for {} also waits for {}, which the run this one is \
+                             nested in holds, so it cannot go before that run ends; take the keys together \
+                             in the outer run (--key once for each)",
+                            show_key(config.keys.get(*key).unwrap_or(&config.key)),
+                            theirs.join(", ")
+                        )
+                    });
+                    if let Some(why) = &why {
+                        tracing::warn!("this run waits until --wait runs out or that run gives up: {why}");
+                    }
+                    nested = Some(why);
+                }
                 if now >= wait_until {
                     leave(lock, queued).await;
-                    return Err(busy(config, &busy_now));
+                    return Err(busy(config, &busy_now, nested.flatten().as_deref()));
                 }
                 if guardian.is_none() {
                     // Failing here is not reported: the spawn forks one, or says why not.
@@ -187,7 +220,7 @@ pub async fn acquire(
                     // Stopped past the end of the wait: no new attempt (a lock handed over
                     // meanwhile goes back with the place in the queue).
                     leave(lock, queued).await;
-                    return Err(busy(config, &busy_now));
+                    return Err(busy(config, &busy_now, nested.flatten().as_deref()));
                 }
                 continue;
             }
@@ -296,7 +329,8 @@ fn handed_over(msg: &redis::Msg) -> Option<(i64, Duration)> {
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with
 /// the holder and its time left also apart, for the JSON error line. A lock whose holders would
 /// admit this run, with runs queued for it first, is busy too for those that did not queue.
-fn busy(config: &Config, found: &Acquired) -> Error {
+/// `nested`: why the waiter first in the queue waits for the run this one is nested in.
+fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
     let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
     // The key that held the run off (one of several: the first that did).
     let at = match found {
@@ -321,6 +355,10 @@ fn busy(config: &Config, found: &Acquired) -> Error {
                      this one, first {who}"
                 ),
                 _ => format!("lock {name} is {state}: free, but runs are queued for it, first {who}"),
+            };
+            let message = match nested {
+                Some(why) => format!("{message}; {why}"),
+                None => message,
             };
             return Error::Busy {
                 message,

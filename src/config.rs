@@ -165,7 +165,7 @@ impl Tls {
 /// What the command line asks for.
 #[derive(Debug)]
 pub enum Invocation {
-    Run(Config),
+    Run(Box<Config>),
     Status {
         /// Every key given, in order.
         keys: Vec<Vec<u8>>,
@@ -190,7 +190,7 @@ const OPERATOR_TIMEOUT: Duration = Duration::from_secs(2);
 impl Invocation {
     pub fn from_cli(cli: Cli) -> Result<Self, Error> {
         match cli.action {
-            None => Config::from_cli(cli).map(Invocation::Run),
+            None => Config::from_cli(cli).map(|c| Invocation::Run(Box::new(c))),
             Some(Action::Status(Deferred(a))) => Ok(Invocation::Status {
                 keys: keys(&a.key, false)?,
                 json: a.json,
@@ -661,6 +661,30 @@ pub struct Config {
     pub output: Output,
     /// The command and its arguments, never empty.
     pub command: Vec<OsString>,
+    /// The lock of the run whose command started this one, if any (nested runs).
+    pub outer: Option<Outer>,
+}
+
+/// The lock a run nested in another's command sees in its environment (`REDLOCK_KEYS`,
+/// `REDLOCK_TOKEN`).
+#[derive(Debug, Clone)]
+pub struct Outer {
+    pub keys: Vec<Vec<u8>>,
+    pub value: String,
+}
+
+impl Outer {
+    fn from_env() -> Option<Outer> {
+        use crate::child::vars;
+        use std::os::unix::ffi::OsStringExt;
+        let value = std::env::var(vars::TOKEN).ok()?;
+        let key = std::env::var_os(vars::KEY)?.into_vec();
+        let all = std::env::var_os(vars::KEYS).map_or_else(|| key.clone(), OsStringExt::into_vec);
+        // One key may contain spaces; several may not (config refuses them).
+        let keys =
+            if all == key { vec![key] } else { all.split(|b| *b == b' ').map(<[u8]>::to_vec).collect() };
+        Some(Outer { keys, value })
+    }
 }
 
 impl Config {
@@ -782,6 +806,7 @@ impl Config {
             metrics_file: cli.metrics_file,
             output: output(&cli.output),
             command: cli.command,
+            outer: Outer::from_env(),
         })
     }
 }

@@ -71,7 +71,7 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match invocation {
-            config::Invocation::Run(config) => run::run(config).await,
+            config::Invocation::Run(config) => run::run(*config).await,
             config::Invocation::Status { keys, json, redis, .. } => {
                 operator::status(&keys, json, &redis).await
             }

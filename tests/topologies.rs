@@ -521,10 +521,16 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
     assert!(!exists("a") && !exists("c"), "nothing left held");
     // Waiting: the run retries the whole set and gets it once b is free.
     let r = run(
-        several(&["c", "b", "a"]).args(["--wait", "20s", "--", "sh", "-c", "echo $REDLOCK_FENCES"]),
+        several(&["c", "b", "a"]).args(["--wait", "20s", "-v", "--", "sh", "-c", "echo $REDLOCK_FENCES"]),
         LIMIT,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
+    // Without a queue, runs queued for one of the keys go first: -v says so.
+    assert!(
+        r.stderr.contains("waiting without a place in a queue (keys in several Cluster slots"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim().split(' ').count(), 3);
     assert!(wait_bounded(&mut holder, LIMIT).success());
     assert!(!exists("a") && !exists("b") && !exists("c"), "all released");

@@ -215,6 +215,11 @@ impl Lock {
         self.nodes.len() == 1 && self.groups.len() == 1
     }
 
+    /// Whether the keys are in several slots of a Cluster (taken slot after slot).
+    pub fn spans_slots(&self) -> bool {
+        self.groups.len() > 1
+    }
+
     /// Subscribes to what wakes a waiter, on the first node that accepts: its own turn in the
     /// queue of any of its keys ([`Lock::queues`]), or else the announcement of each release;
     /// and the lock handed over to it ([`Lock::takes_handover`]).
@@ -273,6 +278,35 @@ impl Lock {
             script.arg(&k.wake_prefix);
         }
         nodes[0].invoke::<i64>(&script).await.map(drop)
+    }
+
+    /// Whether `waiter`, queued before this run, is also queued for one of `keys` that the
+    /// run with value `holder` holds (the run this one is nested in): it cannot go before that
+    /// run ends, which waits for this one. Plain reads, one key after the other; any failure
+    /// is a no.
+    pub async fn waits_for(&mut self, waiter: &[u8], keys: &[Vec<u8>], holder: &str) -> bool {
+        let node = &mut self.nodes[0];
+        for key in keys {
+            let names = Keys::new(key);
+            let queued: Result<Option<f64>, _> =
+                node.query(redis::cmd("ZSCORE").arg(&names.queue).arg(waiter), None).await;
+            if !matches!(queued, Ok(Some(_))) {
+                continue;
+            }
+            let value: Result<Option<Vec<u8>>, _> = node.query(redis::cmd("GET").arg(key), None).await;
+            let held = match value {
+                Ok(v) => v.as_deref() == Some(holder.as_bytes()),
+                // A sorted set: `--shared` or `--limit`.
+                Err(_) => matches!(
+                    node.query::<Option<f64>>(redis::cmd("ZSCORE").arg(key).arg(holder), None).await,
+                    Ok(Some(_))
+                ),
+            };
+            if held {
+                return true;
+            }
+        }
+        false
     }
 
     /// A short prefix of the token, safe to log.
