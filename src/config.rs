@@ -323,6 +323,20 @@ fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         if let Some(clash) = names.iter().find_map(|k| collision(k, &mine)) {
             return Err(usage(clash));
         }
+        if let Some(twin) = mine.twin().filter(|_| for_run) {
+            let show = crate::lock::show_key;
+            return Err(usage(format!(
+                "--key {} would share its queue and its fence with the lock {} (the names stored next to \
+                 {} start with {}): use {}, which is in the same Cluster slot, or a key with more than \
+                 the hash tag, such as \"lock:{}\"",
+                show(raw),
+                show(&twin),
+                show(&twin),
+                show(raw),
+                show(&twin),
+                raw.escape_ascii()
+            )));
+        }
         if for_run && arg.value.len() > 1 && splits(raw) {
             return Err(usage(format!(
                 "--key {} contains whitespace or a control character: with several keys, the command \

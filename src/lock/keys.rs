@@ -44,6 +44,18 @@ impl Keys {
         }
     }
 
+    /// The other lock key, if any, whose stored names are this key's: this key is exactly the
+    /// prefix that other key's names start with (`{a}` for `a`, `{21364}a}` for `a}`), so runs
+    /// on the two keys would share one queue and one fence.
+    pub fn twin(&self) -> Option<Vec<u8>> {
+        let key = &self.lock;
+        hash_tag(key)?;
+        let inner = key.strip_prefix(b"{")?;
+        let close = inner.iter().position(|&b| b == b'}')?;
+        let candidate = if close + 1 == inner.len() { &inner[..close] } else { &inner[close + 1..] };
+        (!candidate.is_empty() && Keys::new(candidate).prefix == self.prefix).then(|| candidate.to_vec())
+    }
+
     /// Whether `key` is one of the keys stored next to the lock (a success record included).
     pub fn stores(&self, key: &[u8]) -> bool {
         [&self.fence, &self.queue, &self.queue_expiry, &self.queue_seq, &self.holders]
@@ -176,6 +188,42 @@ mod tests {
             }
             assert_ne!(keys.fence, keys.lock);
         }
+    }
+
+    /// Two different keys share their stored names exactly when one is the other's twin, which
+    /// a run refuses (`config`): over every key of up to four bytes of `a`, `{`, `}`, `2`.
+    #[test]
+    fn only_twins_share_their_stored_names() {
+        let mut all: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut keys = Vec::new();
+        for _ in 0..4 {
+            all = all
+                .iter()
+                .flat_map(|k| b"a{}2".iter().map(move |&b| [k.as_slice(), &[b]].concat()))
+                .collect();
+            keys.extend(all.iter().cloned());
+        }
+        let mut by_prefix: std::collections::HashMap<Vec<u8>, Vec<(Vec<u8>, Option<Vec<u8>>)>> =
+            std::collections::HashMap::new();
+        for k in keys {
+            let names = Keys::new(&k);
+            by_prefix.entry(names.prefix.clone()).or_default().push((k, names.twin()));
+        }
+        for sharing in by_prefix.values() {
+            for (a, a_twin) in sharing {
+                for (b, b_twin) in sharing.iter().filter(|(b, _)| b != a) {
+                    let twins = a_twin.as_ref() == Some(b) || b_twin.as_ref() == Some(a);
+                    assert!(twins, "{:?} and {:?} share their names", a.escape_ascii(), b.escape_ascii());
+                }
+            }
+            for (a, twin) in sharing {
+                if let Some(twin) = twin {
+                    assert!(sharing.iter().any(|(b, _)| b == twin), "{:?}: not its twin's", a.escape_ascii());
+                }
+            }
+        }
+        assert_eq!(Keys::new(b"{a}").twin(), Some(b"a".to_vec()));
+        assert_eq!(Keys::new(b"lock:{a}").twin(), None);
     }
 
     #[test]
