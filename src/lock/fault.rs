@@ -63,7 +63,10 @@ impl Fault {
             return Fault::Unavailable(text);
         }
         match err.code() {
-            Some("NOAUTH" | "WRONGPASS" | "NOPERM") => return Fault::Denied(text),
+            Some("NOAUTH") => {
+                return Fault::Denied(format!("Redis requires a password, and none was given ({text})"));
+            }
+            Some("WRONGPASS" | "NOPERM") => return Fault::Denied(text),
             Some("WRONGTYPE") => return Fault::WrongType(text),
             // In the server's words ("TRYAGAIN Multiple keys request during rehashing of slot").
             Some(code) if is_transient(code) => {

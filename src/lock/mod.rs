@@ -25,6 +25,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use redis::Value;
+use scripts::Call;
 
 use crate::config::Idempotency;
 
@@ -122,6 +123,9 @@ pub struct Lock {
     grant: Duration,
     /// The first key's fence counter as the last busy answer found it (`None`: absent).
     seen: Option<i64>,
+    /// This run waited in a queue: others are likely queued behind it, for its release to
+    /// hand the lock to, which only the full script does.
+    queued: bool,
 }
 
 /// What one node is asked for in an acquisition: the keys of one group.
@@ -184,6 +188,7 @@ impl Lock {
             kind,
             grant: Duration::ZERO,
             seen: None,
+            queued: false,
         })
     }
 
@@ -425,6 +430,7 @@ impl Lock {
             self.arrival = new_arrival;
         }
         self.seen = new_seen;
+        self.queued |= join && (queued.is_some() || !busy.is_empty());
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
             if n == 1 || self.raise_fences(g, &granted_by, &fences).await >= quorum {
@@ -489,16 +495,22 @@ impl Lock {
     pub async fn renew(&mut self) -> Result<bool, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
-        let Lock { nodes, keys, groups, value, ttl, .. } = self;
+        let Lock { nodes, keys, groups, value, ttl, kind, .. } = self;
+        let exclusive = *kind == Kind::Exclusive;
         let scripts: Vec<_> = groups
             .iter()
             .map(|group| {
+                let lean = (exclusive && group.len() == 1).then(|| {
+                    let mut script = scripts::RENEW_ONE.key(&keys[group[0]].lock);
+                    script.arg(value.as_str()).arg(millis(*ttl));
+                    script
+                });
                 let mut script = scripts::RENEW.prepare_invoke();
                 for &i in group {
                     script.key(&keys[i].lock).key(&keys[i].holders);
                 }
                 script.arg(value.as_str()).arg(millis(*ttl));
-                script
+                Call { lean, full: script }
             })
             .collect();
         let (scripts, groups) = (&scripts, &*groups);
@@ -508,7 +520,7 @@ impl Lock {
             .iter_mut()
             .map(|node| async move {
                 for (script, group) in scripts.iter().zip(groups) {
-                    let reply: Vec<Value> = node.invoke(script).await?;
+                    let reply = call(node, script).await?;
                     if replies::int(reply.first()) != Some(1) {
                         let at = replies::int(reply.get(1)).and_then(|i| usize::try_from(i).ok());
                         return Ok(Some(
@@ -565,15 +577,31 @@ impl Lock {
     ) -> Result<Released, Fault> {
         // Only a queue hands over.
         let grant = if self.queues() { self.grant } else { Duration::ZERO };
-        let Lock { nodes, keys, groups: all, value, record, ttl, .. } = self;
+        let Lock { nodes, keys, groups: all, value, record, ttl, kind, queued, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
+        let cluster = nodes[0].is_cluster();
         let release = Release { keep, announce, grant, fence_ttl: fence_ttl(*ttl) };
         let scripts: Vec<_> = all[groups]
             .iter()
             .map(|group| {
                 let record = record.as_ref().filter(|_| succeeded && group.contains(&0));
-                release_script(group.iter().map(|&i| &keys[i]), value, record, &release)
+                let lean = (*kind == Kind::Exclusive
+                    && !*queued
+                    && group.len() == 1
+                    && record.is_none()
+                    && keep.is_zero()
+                    && !announce)
+                    .then(|| {
+                        let k = &keys[group[0]];
+                        let mut script = scripts::RELEASE_ONE.key(&k.lock);
+                        script.key(&k.queue).arg(value.as_str());
+                        if cluster {
+                            script.arg(&k.released_channel);
+                        }
+                        script
+                    });
+                Call { lean, full: release_script(group.iter().map(|&i| &keys[i]), value, record, &release) }
             })
             .collect();
         let scripts = &scripts;
@@ -635,6 +663,12 @@ fn merge(a: Released, b: Released) -> Released {
 
 async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Fault> {
     let Ask { ref keys, value, kind, ttl, record, join, arrival } = *ask;
+    let lean = (keys.len() == 1 && kind == Kind::Exclusive && record.is_none() && !join).then(|| {
+        let mut script = scripts::ACQUIRE_ONE.key(&keys[0].lock);
+        script.key(&keys[0].fence).key(&keys[0].queue);
+        script.arg(value).arg(millis(ttl)).arg(millis(fence_ttl(ttl)));
+        script
+    });
     let mut script = scripts::ACQUIRE.prepare_invoke();
     for k in keys {
         script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry).key(&k.queue_seq);
@@ -648,7 +682,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
     for k in keys {
         script.arg(&k.wake_prefix);
     }
-    let reply: Vec<Value> = node.invoke(&script).await?;
+    let reply = call(node, &Call { lean, full: script }).await?;
     let unexpected = || replies::unexpected("acquire", &reply);
     // A key index from the script (1-based) as the group's (0-based).
     let key_at = |v: Option<&Value>| {
@@ -808,8 +842,8 @@ fn release_script<'k>(
     script
 }
 
-async fn release_on(node: &mut Conn, script: &scripts::Invocation) -> Result<Released, Fault> {
-    let reply: Vec<Value> = node.invoke(script).await?;
+async fn release_on(node: &mut Conn, script: &Call) -> Result<Released, Fault> {
+    let reply = call(node, script).await?;
     match reply.first() {
         Some(Value::Int(0)) | None => {}
         error => {
@@ -829,6 +863,18 @@ async fn release_on(node: &mut Conn, script: &scripts::Invocation) -> Result<Rel
         merged = Some(merged.map_or(got, |m| merge(m, got)));
     }
     Ok(merged.expect("not empty"))
+}
+
+/// Runs the lean script of a call when it has one, and the full one when there is none or the
+/// lean one hands the call back.
+async fn call(node: &mut Conn, call: &Call) -> Result<Vec<Value>, Fault> {
+    if let Some(lean) = &call.lean {
+        let reply: Vec<Value> = node.invoke(lean).await?;
+        if !matches!(reply.as_slice(), [Value::Int(scripts::NOT_MINE)]) {
+            return Ok(reply);
+        }
+    }
+    node.invoke(&call.full).await
 }
 
 fn millis(d: Duration) -> u64 {

@@ -57,6 +57,16 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// How many times one call loads its script again after NOSCRIPT.
 const LOADS: u32 = 3;
 
+/// What a lean script answers when the call is not of its shape: nothing done, ask the full one.
+pub const NOT_MINE: i64 = 4;
+
+/// A call of the full script, and of the lean one for its common shape when it fits (tried
+/// first; the full one runs only when the lean one answers `{NOT_MINE}`).
+pub struct Call {
+    pub lean: Option<Invocation>,
+    pub full: Invocation,
+}
+
 /// One call of a script: its keys and arguments.
 pub struct Invocation {
     script: &'static Script,
@@ -124,6 +134,15 @@ impl Invocation {
 /// Takes every key or none, or queues for them.
 pub static ACQUIRE: Script = lua!("fence.lua", "queue.lua", "holders.lua", "acquire.lua");
 
+/// [`ACQUIRE`] for one exclusive key, a run that does not queue, no success record.
+pub static ACQUIRE_ONE: Script = lua!("acquire_one.lua");
+
+/// [`RENEW`] for one exclusive key.
+pub static RENEW_ONE: Script = lua!("renew_one.lua");
+
+/// [`RELEASE`] for one exclusive key, nothing kept, no record, one Redis.
+pub static RELEASE_ONE: Script = lua!("release_one.lua");
+
 /// Extends the lease on every key still ours.
 pub static RENEW: Script = lua!("queue.lua", "holders.lua", "renew.lua");
 
@@ -146,10 +165,13 @@ pub static RAISE_FENCE: Script = lua!("fence.lua", "raise_fence.lua");
 mod tests {
     use super::*;
 
-    const ALL: [(&str, &Script); 7] = [
+    const ALL: [(&str, &Script); 10] = [
         ("acquire", &ACQUIRE),
+        ("acquire_one", &ACQUIRE_ONE),
         ("renew", &RENEW),
+        ("renew_one", &RENEW_ONE),
         ("release", &RELEASE),
+        ("release_one", &RELEASE_ONE),
         ("leave", &LEAVE),
         ("status", &STATUS),
         ("force_release", &FORCE_RELEASE),

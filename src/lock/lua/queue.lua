@@ -13,7 +13,7 @@
 -- - `each_live(q, e, now, visit)`: calls `visit` on each waiter whose entry has not lapsed, in
 --   order, until it returns true (→ that waiter; `nil` at the end), removing lapsed ones on
 --   the way (with `pcall`: a read-only or full Redis still answers; then they are stepped
---   over). `first_live`: the first live waiter.
+--   over), at most 100 in one call. `first_live`: the first live waiter.
 -- - Holders of `--shared` and `--limit` are a sorted set at the lock key, scored by when each
 --   lease ends (server ms): a lapsed one is ignored at once (`live`, `soonest`, `latest`),
 --   and removed with its fence when a script writes anyway (`prune`).
@@ -53,6 +53,9 @@ local function limit_of(kind)
   if kind == 'shared' then return nil end
   return tonumber(string.match(kind, '^limit=(%d+)$'))
 end
+-- Lapsed entries removed in this call: past SWEEP, the rest count as live, which only holds
+-- runs back until later calls remove them, so that one call's work stays bounded.
+local swept, SWEEP = 0, 100
 local function each_live(q, e, now, visit)
   local offset = 0
   while true do
@@ -60,10 +63,11 @@ local function each_live(q, e, now, visit)
     if #batch == 0 then return nil end
     for _, member in ipairs(batch) do
       local expires = redis.call('ZSCORE', e, member)
-      if expires and tonumber(expires) > now then
+      if (expires and tonumber(expires) > now) or swept >= SWEEP then
         if visit(member) then return member end
         offset = offset + 1
       else
+        swept = swept + 1
         local removed = redis.pcall('ZREM', q, member)
         redis.pcall('ZREM', e, member)
         if type(removed) == 'table' then offset = offset + 1 end
