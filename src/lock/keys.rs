@@ -203,8 +203,9 @@ mod tests {
                 .collect();
             keys.extend(all.iter().cloned());
         }
-        let mut by_prefix: std::collections::HashMap<Vec<u8>, Vec<(Vec<u8>, Option<Vec<u8>>)>> =
-            std::collections::HashMap::new();
+        // Each prefix's keys, each with its twin.
+        type Sharing = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+        let mut by_prefix: std::collections::HashMap<Vec<u8>, Sharing> = std::collections::HashMap::new();
         for k in keys {
             let names = Keys::new(&k);
             by_prefix.entry(names.prefix.clone()).or_default().push((k, names.twin()));
