@@ -3,15 +3,14 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use redis::aio::PubSubStream;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
-use crate::lock::keys::GRANT_SUFFIX;
-use crate::lock::{Acquired, Fault, Handover, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, show_key};
+use crate::lock::{
+    Acquired, Fault, Handover, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, Wake, Wakeups, show_key,
+};
 use crate::signals::Signals;
 use crate::sys::Guardian;
 
@@ -44,7 +43,7 @@ pub enum Outcome {
         /// The subscription of a run that waited, to be let go of once the command is under way
         /// (closing it is work for Redis and for the wrapper that would compete with the
         /// command's start-up).
-        subscription: Option<PubSubStream>,
+        subscription: Option<Wakeups>,
     },
     /// `--idempotency-key`: a run with this ID already succeeded.
     AlreadyDone { record: Vec<u8> },
@@ -63,7 +62,7 @@ pub async fn acquire(
     let started = Instant::now();
     let wait_until = started + config.wait;
     let outage_until = started + config.wait.max(OUTAGE_RETRY);
-    let mut releases: Option<PubSubStream> = None;
+    let mut releases: Option<Wakeups> = None;
     let mut outage_failures = 0u32;
     // Waiters queue in arrival order (one Redis); a Redlock quorum's waiters retry on every
     // announced release instead.
@@ -294,36 +293,12 @@ async fn leave(lock: &mut Lock, queued: bool) {
     }
 }
 
-/// What woke a waiter.
-enum Wake {
-    /// The subscription ended.
-    Ended,
-    /// A release was announced, or this run's turn in the queue came: try again.
-    Turn,
-    /// A release took the lock for this run, with this fence, for `grant` (`scripts::RELEASE`).
-    HandedOver { fence: i64, grant: Duration },
-}
-
-/// Resolves with the next message or the end of the subscription; never without one.
-async fn next_wake(releases: &mut Option<PubSubStream>) -> Wake {
-    let Some(stream) = releases else {
-        return std::future::pending().await;
-    };
-    match stream.next().await {
-        None => Wake::Ended,
-        Some(msg) => handed_over(&msg).map_or(Wake::Turn, |(fence, grant)| Wake::HandedOver { fence, grant }),
+/// Resolves with the next wake-up or the end of the subscription; never without one.
+async fn next_wake(releases: &mut Option<Wakeups>) -> Wake {
+    match releases {
+        Some(wakeups) => wakeups.next().await,
+        None => std::future::pending().await,
     }
-}
-
-/// `<fence> <grant ms>` on this run's grant channel; anything else is a turn to try again.
-fn handed_over(msg: &redis::Msg) -> Option<(i64, Duration)> {
-    let channel: Vec<u8> = msg.get_channel().ok()?;
-    if !channel.ends_with(GRANT_SUFFIX) {
-        return None;
-    }
-    let (fence, ms) = std::str::from_utf8(msg.get_payload_bytes()).ok()?.split_once(' ')?;
-    let grant = Duration::from_millis(ms.parse().ok()?);
-    Some((fence.parse().ok()?, grant))
 }
 
 /// "lock "k" is busy: held by host (pid 123) since …; it expires in 12s unless renewed", with

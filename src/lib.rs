@@ -4,6 +4,8 @@
 //! (`lock`) and the supervised command (`child`, `supervise`) → an exit status (`exit`).
 //! docs/ARCHITECTURE.md is the map.
 
+#![deny(unsafe_code)]
+
 mod acquire;
 mod backoff;
 mod child;
@@ -20,6 +22,8 @@ mod renew;
 mod run;
 mod signals;
 mod supervise;
+// The one module with `unsafe`: system calls std and nix do not wrap (see its SAFETY notes).
+#[allow(unsafe_code)]
 mod sys;
 
 use std::process::ExitCode;
@@ -217,4 +221,41 @@ fn usage_error(e: &clap::Error) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The rules of docs/ARCHITECTURE.md that the compiler does not check (`unsafe` it does:
+/// `deny(unsafe_code)` above).
+#[cfg(test)]
+mod rules {
+    use std::path::Path;
+
+    fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push((path.display().to_string(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+
+    /// No Redis type outside `lock/`, and `lock/` reads its own settings, not the configuration.
+    #[test]
+    fn redis_stays_in_lock_and_lock_does_not_read_the_config() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let lock = src.join("lock").display().to_string();
+        // Spelt so that this file does not match itself.
+        let redis_type = concat!("redis", "::");
+        for (path, text) in &files {
+            if path.starts_with(&lock) {
+                assert!(!text.contains("crate::config"), "{path} reads the configuration");
+            } else {
+                assert!(!text.contains(redis_type), "{path} uses a Redis type outside lock/");
+            }
+        }
+        assert!(files.len() > 20, "found the sources");
+    }
 }

@@ -130,12 +130,14 @@ impl Queue {
 /// Writes a line straight to stderr if that cannot block: a pipe reports room for a whole line
 /// of up to 4 KiB (PIPE_BUF) as writable. Otherwise the line is dropped, as a full queue's are.
 fn write_direct(line: &[u8]) {
-    let mut pollfd = nix::libc::pollfd { fd: 2, events: nix::libc::POLLOUT, revents: 0 };
-    // SAFETY: polls fd 2 for writability without waiting; the struct outlives the call.
-    let ready =
-        unsafe { nix::libc::poll(&mut pollfd, 1, 0) } == 1 && pollfd.revents & nix::libc::POLLOUT != 0;
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stderr = io::stderr();
+    let mut fds = [PollFd::new(stderr.as_fd(), PollFlags::POLLOUT)];
+    let ready = poll(&mut fds, PollTimeout::ZERO) == Ok(1)
+        && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLOUT));
     if ready && line.len() <= 4096 {
-        let _ = io::stderr().write_all(line);
+        let _ = stderr.lock().write_all(line);
     }
 }
 

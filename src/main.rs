@@ -1,6 +1,8 @@
 //! The binary: everything is in the library (`lib.rs`), whose CLI definition the tests that
 //! generate completions and man pages read too.
 
+#![deny(unsafe_code)]
+
 /// The static (musl) build allocates through dlmalloc: musl's own allocator maps and unmaps
 /// memory for small allocations (126 mmap/munmap calls in a run of `-- true`, against 17), and
 /// mimalloc's start-up (arenas, huge pages) cost more than it saved. See BENCHMARKS.md.

@@ -17,8 +17,8 @@ use super::fault::Fault;
 use super::mistakes;
 use super::replies;
 use super::sentinel::{Node, Watcher};
+use super::settings::{RedisConfig, Topology};
 use super::url::{self, redact_url};
-use crate::config::{RedisConfig, Topology};
 use crate::exit::Error;
 
 /// The live connection.

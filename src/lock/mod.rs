@@ -14,6 +14,7 @@ mod mistakes;
 mod replies;
 mod scripts;
 mod sentinel;
+pub mod settings;
 pub mod url;
 
 #[cfg(test)]
@@ -27,12 +28,11 @@ use futures_util::stream::FuturesUnordered;
 use redis::Value;
 use scripts::Call;
 
-use crate::config::Idempotency;
-
 pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::{Handover, KILL_AHEAD, Lease, drift};
+pub use settings::Idempotency;
 pub use values::{Holder, Kind, Success, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
@@ -86,6 +86,43 @@ pub const QUEUE_ENTRY: Duration = Duration::from_millis(1500);
 /// How often a queued waiter keeps its entry alive; each keep-alive is also an attempt, so a
 /// lock that expired (its holder died) goes to the first waiter within this.
 pub const QUEUE_KEEPALIVE: Duration = Duration::from_millis(500);
+
+/// A waiter's subscription: what wakes it ([`Lock::watch_releases`]). Dropping it closes it.
+pub struct Wakeups(redis::aio::PubSubStream);
+
+/// What woke a waiter.
+pub enum Wake {
+    /// The subscription ended.
+    Ended,
+    /// A release was announced, or this run's turn in the queue came: try again.
+    Turn,
+    /// A release took the lock for this run, with this fence, for `grant` (see the RELEASE
+    /// script).
+    HandedOver { fence: i64, grant: Duration },
+}
+
+impl Wakeups {
+    /// The next wake-up, or the end of the subscription.
+    pub async fn next(&mut self) -> Wake {
+        match self.0.next().await {
+            None => Wake::Ended,
+            Some(msg) => {
+                handed_over(&msg).map_or(Wake::Turn, |(fence, grant)| Wake::HandedOver { fence, grant })
+            }
+        }
+    }
+}
+
+/// `<fence> <grant ms>` on this run's grant channel; anything else is a turn to try again.
+fn handed_over(msg: &redis::Msg) -> Option<(i64, Duration)> {
+    let channel: Vec<u8> = msg.get_channel().ok()?;
+    if !channel.ends_with(keys::GRANT_SUFFIX) {
+        return None;
+    }
+    let (fence, ms) = std::str::from_utf8(msg.get_payload_bytes()).ok()?.split_once(' ')?;
+    let grant = Duration::from_millis(ms.parse().ok()?);
+    Some((fence.parse().ok()?, grant))
+}
 
 /// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
 pub fn quorum(n: usize) -> usize {
@@ -228,7 +265,7 @@ impl Lock {
     /// Subscribes to what wakes a waiter, on the first node that accepts: its own turn in the
     /// queue of any of its keys ([`Lock::queues`]), or else the announcement of each release;
     /// and the lock handed over to it ([`Lock::takes_handover`]).
-    pub async fn watch_releases(&mut self) -> Result<redis::aio::PubSubStream, Fault> {
+    pub async fn watch_releases(&mut self) -> Result<Wakeups, Fault> {
         let token = self.token().to_owned();
         let mut channels: Vec<Vec<u8>> = self
             .keys
@@ -241,7 +278,7 @@ impl Lock {
         let mut last = Fault::Unavailable("no node to subscribe to".into());
         for node in &mut self.nodes {
             match node.subscribe(&channels).await {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => return Ok(Wakeups(stream)),
                 Err(e) => last = e,
             }
         }
