@@ -14,7 +14,8 @@
 //! (a local-only lock), bare `true`, and `etcdctl lock` when etcd and etcdctl are installed;
 //! `perf stat` lines when `perf` is installed.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
+#[allow(dead_code)] // the benchmark uses part of the tests' harness
 mod support;
 
 use std::io::Write;

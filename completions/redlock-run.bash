@@ -1,5 +1,5 @@
 # bash completion for redlock-run                                   -*- shell-script -*-
-# Generated from the command-line definition (src/cli.rs) by tests/generated.rs; do not edit.
+# Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.
 # Works on its own; with the bash-completion package, values written --opt=VALUE and the
 # command's own arguments (after `--` or the command name) are completed too.
 

@@ -1,5 +1,5 @@
 # fish completion for redlock-run
-# Generated from the command-line definition (src/cli.rs) by tests/generated.rs; do not edit.
+# Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.
 
 # Whether $argv[2] is an option of $argv[1] (empty: the wrapper) that takes the next word as
 # its value.

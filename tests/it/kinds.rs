@@ -3,13 +3,11 @@
 //! not passed by shared runs that come after it, every holder gets its own fence, and runs of
 //! kinds that do not go together are told so (65) instead of changing the limit.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -36,7 +34,7 @@ fn holder(redis: &RedisServer, key: &str, kind: &[&str], go: &Path) -> Child {
         .args(["-k", key])
         .args(kind)
         .args(["--", "sh", "-c"])
-        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .arg(HOLD_UNTIL_GO)
         .env("GO", go)
         .stderr(Stdio::piped())
         .spawn()

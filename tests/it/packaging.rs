@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const MANIFEST: &str = include_str!("../Cargo.toml");
+const MANIFEST: &str = include_str!("../../Cargo.toml");
 
 /// `[package.metadata.deb]`, as written.
 fn deb_section() -> &'static str {

@@ -11,8 +11,6 @@
 //! wrappers with `-vv --log-format=json`: their logs, kept when a check fails, then say what
 //! each did and when.
 
-mod support;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -24,14 +22,14 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-use support::fault::{FaultProxy, Mode, Rng};
-use support::oracle::{
+use crate::support::fault::{FaultProxy, Mode, Rng};
+use crate::support::oracle::{
     self, Kind, ORACLE_HOLD_MS, ORACLE_KIND, ORACLE_SOCKET, Occupant, Oracle, OracleReport,
 };
-use support::sentinel::{MASTER_NAME, SentinelSet, Setup, Watch};
-use support::*;
+use crate::support::sentinel::{MASTER_NAME, SentinelSet, Setup, Watch};
+use crate::support::*;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -532,7 +530,7 @@ fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
         .open(shared.dir.join(format!("wrapper-{n}.log")))
         .expect("wrapper log");
     let exe = std::env::current_exe().expect("test binary");
-    let script = "echo $$ > \"$PGFILE\"; sleep 30 & exec \"$0\" --exact oracle_client --test-threads=1 -q";
+    let script = "echo $$ > \"$PGFILE\"; sleep 30 & exec \"$0\" --exact reliability::oracle_client --test-threads=1 -q";
     let mut run_no = 0;
     while !shared.stop.load(Ordering::SeqCst) {
         run_no += 1;

@@ -1,15 +1,13 @@
 //! Acquisition policies (README § Waiting, outages and once-per-day): waiting with instant
 //! handoff, outages, fail-open, --min-hold and --idempotency-key.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::sentinel::Sentinel;
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::sentinel::Sentinel;
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

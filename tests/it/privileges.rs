@@ -3,17 +3,15 @@
 //! prevents the escalation. The wrapper runs as `nobody` here; the escalation is a setuid-root
 //! copy of setpriv(1). These tests need root to set that up.
 
-mod support;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::*;
 
 const NOBODY: u32 = 65534;
 const LIMIT: Duration = Duration::from_secs(30);

@@ -2,14 +2,12 @@
 //! environment and exit status), fences, keys the tool did not write, usage errors and an
 //! unreachable Redis.
 
-mod support;
-
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(20);
 

@@ -2,17 +2,15 @@
 //! and Kubernetes): the command gets each signal once, nothing is left behind, and the lock is
 //! released only after the command has exited.
 
-mod support;
-
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

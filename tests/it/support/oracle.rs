@@ -143,6 +143,7 @@ impl Overlap {
 
 /// One command's stay, from its entry to its end (the end of its connection).
 #[derive(Debug, Clone)]
+#[allow(dead_code)] // ppid and pgid are only shown, by Debug, in failure messages
 pub struct Stay {
     pub resource: String,
     pub kind: Kind,
@@ -190,6 +191,7 @@ pub struct OracleReport {
 /// A command present at the oracle: the holder of the resource, or one of several when they
 /// overlap.
 #[derive(Debug, Clone, Copy)]
+#[allow(dead_code)] // `entered` is only shown, by Debug, in failure messages
 pub struct Occupant {
     /// Its wrapper (the command's parent).
     pub ppid: i32,

@@ -1,14 +1,12 @@
 //! The lease watchdog and the stop path (README § The lease, the deadline and the stop path):
 //! the command never outlives its lock.
 
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -677,13 +675,17 @@ fn a_guardian_killed_while_the_command_runs_is_replaced() {
             .filter(|&g| g != first && process_state(g as u32).as_deref() != Some("Z"));
         second.is_some()
     });
+    // The warning is written by the wrapper's logging thread: read before the SIGKILL.
+    let said = wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("guardian")
+    });
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
     let gone = wait_until(Duration::from_secs(2), || group_members(pgid).is_empty());
     let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
     let stderr = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(second.is_some(), "no guardian took the killed one's place: {stderr}");
-    assert!(stderr.contains("guardian"), "the run says its guardian was replaced: {stderr}");
+    assert!(said, "the run says its guardian was replaced: {stderr}");
     assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
 
@@ -891,7 +893,7 @@ fn no_guardian_is_left_a_zombie() {
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:zbusy", b"someone-else", b"PX", b"60000"]);
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "no_guardian_is_left_a_zombie", "--nocapture", "--test-threads", "1"])
+        .args(["--exact", "lease::no_guardian_is_left_a_zombie", "--nocapture", "--test-threads", "1"])
         .env("ZOMBIE_TEST_REDIS_URL", redis.url())
         .output()
         .expect("run the counting parent");

@@ -1,15 +1,13 @@
 //! Completions and the man page are generated from the clap definition and committed; this
 //! test fails when they drift from the CLI. Regenerate with:
 //!
-//!     UPDATE_GENERATED=1 cargo test --test generated
+//!     UPDATE_GENERATED=1 cargo test --test it generated
 
 use std::path::Path;
 
-mod completions;
-
+use crate::completions::{self, Model};
 use clap::CommandFactory;
 use clap_complete::Shell;
-use completions::Model;
 use redlock_run::cli::Cli;
 
 fn check(path: &str, expected: &[u8]) -> Option<String> {
@@ -69,12 +67,12 @@ fn completions_and_man_page_match_the_cli() {
     }
     assert!(
         stale.is_empty(),
-        "{}\nregenerate with: UPDATE_GENERATED=1 cargo test --test generated",
+        "{}\nregenerate with: UPDATE_GENERATED=1 cargo test --test it generated",
         stale.join("\n")
     );
 }
 
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The committed pages carry the crate's version only: `--version` also names the commit,
 /// which would make them stale at every commit.
@@ -336,7 +334,7 @@ fn here(path: &str) -> String {
 #[test]
 fn bash_completes_each_level_its_values_and_the_command() {
     let script = here("completions/redlock-run.bash");
-    let driver = here("tests/completions/complete.bash");
+    let driver = here("tests/it/completions/complete.bash");
     let registered =
         run_shell("bash", &["--norc", "-c", &format!("source {script}; complete -p redlock-run")]);
     assert_eq!(registered, ["complete -F _redlock_run redlock-run"]);
@@ -355,7 +353,7 @@ fn bash_completes_each_level_its_values_and_the_command() {
 fn zsh_completes_each_level_its_values_and_the_command() {
     let dir = here("completions");
     run_shell("zsh", &["-n", &format!("{dir}/_redlock-run")]);
-    let capture = here("tests/completions/capture.zsh");
+    let capture = here("tests/it/completions/capture.zsh");
     let wrong = each_case("zsh", CASES.iter().chain(COMMAND_CASES), |line| {
         run_shell("zsh", &["-f", &capture, &dir, line])
     });

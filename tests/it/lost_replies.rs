@@ -3,13 +3,11 @@
 //! confirms ownership (README § How the lock works); if none does, the wrapper takes the lock
 //! back before it gives up.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::fault::{FaultProxy, Mode};
-use support::*;
+use crate::support::fault::{FaultProxy, Mode};
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -109,6 +107,13 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
             found.len() == 2
         }),
         "the waiter subscribed"
+    );
+    // And joined the queue, which it does only once the subscription's confirmation reached it:
+    // a confirmation lost to the dropped replies would keep it subscribing, never attempting.
+    let queue = format!("{{{key}}}:queue");
+    assert!(
+        wait_until(Duration::from_secs(5), || redis.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == 1),
+        "the waiter queued"
     );
     proxy.set(Mode::DropReplies);
     let before = proxy.counts();

@@ -3,13 +3,11 @@
 //! deadlock; waiters queue at every key in one order; the loss of any key stops the command.
 //! (Keys in several slots of a Cluster: `tests/topologies.rs`, which has a Cluster.)
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -22,7 +20,7 @@ fn holder(redis: &RedisServer, keys: &[&str], go: &Path) -> Child {
     let child = redlock(redis)
         .args(keys_args(keys))
         .args(["--", "sh", "-c"])
-        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .arg(HOLD_UNTIL_GO)
         .env("GO", go)
         .stderr(Stdio::piped())
         .spawn()

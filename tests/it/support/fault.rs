@@ -27,6 +27,7 @@ pub enum Mode {
 
 /// How many chunks of traffic the proxy handled, by fate.
 #[derive(Debug, Default, Clone, Copy)]
+#[allow(dead_code)] // some counts are only shown, by Debug, in failure messages
 pub struct ProxyCounts {
     pub connections: u64,
     pub requests_forwarded: u64,

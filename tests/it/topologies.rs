@@ -1,15 +1,13 @@
 //! Beyond one plaintext Redis (README § Redis deployments): TLS, credentials, Unix sockets,
 //! Sentinel and Cluster — all on loopback, every server started by the test.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use support::sentinel::Sentinel;
-use support::tls::make_certs;
-use support::*;
+use crate::support::sentinel::Sentinel;
+use crate::support::tls::make_certs;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -24,7 +22,7 @@ fn tls_redis(client_auth: bool) -> TlsRedis {
     make_certs(certs.path());
     let tls_port = free_port();
     // The plaintext port stays open for the fixture's readiness check.
-    let mut args = support::tls::server_args(certs.path(), tls_port, client_auth);
+    let mut args = crate::support::tls::server_args(certs.path(), tls_port, client_auth);
     args.extend(["--bind", "127.0.0.1", "127.0.0.2"].map(String::from));
     let server = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     TlsRedis { server, tls_port, certs }
@@ -773,7 +771,7 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
     let node = cluster.node_for(key.as_bytes());
     let mut holder = wrapper()
         .args(["--cluster", "--redis-url", &cluster.seed(), "-k", key, "--", "sh", "-c"])
-        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
         .spawn()
         .expect("spawn");
@@ -824,7 +822,7 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
                         "2",
                     ])
                     .args(["--", "sh", "-c"])
-                    .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+                    .arg(HOLD_UNTIL_GO)
                     .env("GO", &go)
                     .stderr(Stdio::piped())
                     .spawn()

@@ -1,7 +1,6 @@
 //! Test support: a real `redis-server` per test on a free loopback port, the wrapper binary,
 //! and bounded waits. Nothing here touches a Redis it did not start.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
 pub mod fault;
 pub mod oracle;
 pub mod sentinel;
@@ -366,6 +365,10 @@ impl Drop for Silent {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// A shell command that runs until the file `$GO` exists (bounded: 60 s).
+pub const HOLD_UNTIL_GO: &str =
+    "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done";
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {

@@ -2,18 +2,16 @@
 //! status is produced by what causes it, on a real Redis (through a fault proxy where the
 //! network has to fail), and checked for who speaks up about it and what is left held.
 //!
-//! `cargo test --test exit_statuses -- --nocapture` prints the table, one line per case.
-
-mod support;
+//! `cargo test --test it exit_statuses -- --nocapture` prints the table, one line per case.
 
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::support::fault::{FaultProxy, Mode};
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::fault::{FaultProxy, Mode};
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

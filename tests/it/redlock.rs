@@ -1,11 +1,9 @@
 //! Redlock: the lock on a majority of independent masters (README § Redis deployments).
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 

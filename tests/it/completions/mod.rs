@@ -152,7 +152,7 @@ fn sh_quote(text: &str) -> String {
 }
 
 const HEADER: &str =
-    "Generated from the command-line definition (src/cli.rs) by tests/generated.rs; do not edit.";
+    "Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.";
 
 pub fn bash(m: &Model) -> String {
     let stem = m.stem();

@@ -2,14 +2,12 @@
 //! name, through a failover; a Sentinel address that is not a Sentinel is a configuration
 //! mistake.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
-use support::*;
+use crate::support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
+use crate::support::*;
 
 const SENTINEL_PASSWORD: &str = "sentinel-S3cret";
 const MASTER_PASSWORD: &str = "master-S3cret";
@@ -52,7 +50,7 @@ fn secured_args(set: &SentinelSet, dir: &Path, in_urls: bool) -> Vec<String> {
     }
     args.extend([
         "--sentinel-master".to_owned(),
-        support::sentinel::MASTER_NAME.to_owned(),
+        crate::support::sentinel::MASTER_NAME.to_owned(),
         "--redis-url".to_owned(),
         "redis://locker@ignored.invalid:1".to_owned(),
         "--password-file".to_owned(),
@@ -376,11 +374,11 @@ fn sentinel_credentials_are_their_own_and_refusals_exit_77() {
 #[test]
 fn a_tls_sentinel_is_verified_with_the_ca() {
     let certs = tmp();
-    support::tls::make_certs(certs.path());
+    crate::support::tls::make_certs(certs.path());
     let path = |f: &str| certs.path().join(f).display().to_string();
     let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
     let master_tls = free_port();
-    let args = support::tls::server_args(certs.path(), master_tls, false);
+    let args = crate::support::tls::server_args(certs.path(), master_tls, false);
     let redis = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let sentinel_tls = free_port();
     let setup = Setup {
@@ -396,7 +394,7 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     let sentinel = Sentinel::start_setup(master_tls, watch, &setup);
     let known = wait_until(Duration::from_secs(10), || {
         let flags: Option<Vec<String>> =
-            sentinel.query(redis::cmd("SENTINEL").arg("master").arg(support::sentinel::MASTER_NAME));
+            sentinel.query(redis::cmd("SENTINEL").arg("master").arg(crate::support::sentinel::MASTER_NAME));
         flags.is_some_and(|f| f.windows(2).any(|kv| kv[0] == "flags" && kv[1] == "master"))
     });
     assert!(known, "the Sentinel did not reach the master over TLS:\n{}", sentinel.log());
@@ -458,7 +456,7 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
 /// and a warning says that the Sentinel's news of a failover is not heard.
 #[test]
 fn the_readmes_sentinel_acl_user_is_enough() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let line = readme
         .lines()
         .map(str::trim)

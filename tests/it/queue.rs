@@ -5,15 +5,13 @@
 //! straight to the first waiter that can take it so; one that cannot use it in time (frozen)
 //! holds up the queue briefly and never runs beside the next holder.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The README's bound on the delay a dead waiter causes: its entry's lifetime (1.5 s) plus
@@ -23,14 +21,7 @@ const DEAD_WAITER_BOUND: Duration = Duration::from_secs(2);
 /// A holder whose command runs until `go` exists (bounded: 60 s).
 fn holder(redis: &RedisServer, key: &str, go: &Path) -> Child {
     let child = redlock(redis)
-        .args([
-            "-k",
-            key,
-            "--",
-            "sh",
-            "-c",
-            "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done",
-        ])
+        .args(["-k", key, "--", "sh", "-c", HOLD_UNTIL_GO])
         .env("GO", go)
         .stderr(Stdio::piped())
         .spawn()
@@ -267,7 +258,7 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
 #[test]
 fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
     let redis = RedisServer::start();
-    let proxy = support::fault::FaultProxy::start(redis.port);
+    let proxy = crate::support::fault::FaultProxy::start(redis.port);
     let dir = tmp();
     let (go, pid_file) = (file(&dir, "go"), file(&dir, "pid"));
     let key = "lock:short-ttl-handover";
@@ -294,7 +285,7 @@ fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
     assert!(wait_bounded(&mut holder, LIMIT).success());
     let pid = read_when_present(&pid_file, LIMIT).trim().to_owned();
     std::thread::sleep(Duration::from_millis(100));
-    proxy.set(support::fault::Mode::Blackhole);
+    proxy.set(crate::support::fault::Mode::Blackhole);
     let cut = Instant::now();
     // The next run looks at the cut-off waiter's command as its own starts.
     let next = run(
@@ -558,7 +549,7 @@ fn waiters_skipped_by_an_idempotency_record_leave_the_queue() {
     let key = "lock:once";
     let mut first = redlock(&redis)
         .args(["-k", key, "--idempotency-key", "day-1", "--", "sh", "-c"])
-        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
         .spawn()
         .expect("spawn");
@@ -622,7 +613,7 @@ fn waiters_join_again_in_their_order_after_redis_lost_its_data() {
     let (go, out) = (file(&dir, "go"), file(&dir, "out"));
     let mut holder = redlock(&redis)
         .args(["-k", "lock:lost", "--ttl", "3s", "--", "sh", "-c"])
-        .arg("i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done")
+        .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
         .stderr(Stdio::piped())
         .spawn()

@@ -1,12 +1,10 @@
 //! Credentials and least privilege: the ACL line of README § Least-privilege ACL works as
 //! written, denials are 77, and passwords appear in no output.
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -225,12 +225,6 @@ impl SentinelSet {
         std::iter::once(&self.master).chain(self.replicas())
     }
 
-    /// The data node the first Sentinel that answers names as the master now.
-    pub fn current_master(&self) -> Option<&RedisServer> {
-        let port = self.sentinels.iter().find_map(Sentinel::master_port)?;
-        self.nodes().find(|n| n.port == port)
-    }
-
     /// The wrapper's options to find the master through every Sentinel of the set.
     pub fn args(&self) -> Vec<String> {
         let mut args: Vec<String> =

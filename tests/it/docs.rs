@@ -1,15 +1,13 @@
 //! The README stays true: every recipe's command line runs as written (the job replaced by
 //! `true`, Redis by a test server), and every flag of `--help` is documented.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The `redlock-run …` command lines of the Recipes and Lock kinds sections, one per recipe
 /// line.

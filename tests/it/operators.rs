@@ -1,13 +1,11 @@
 //! The operator's view (README § Operating it): JSON logs, the metrics file, `status` and
 //! `release --force`.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::*;
 use serde_json::Value;
-use support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 

@@ -1,0 +1,26 @@
+//! The behaviour tests: one binary, a module per suite (README and docs/ARCHITECTURE.md §
+//! Tests), over the shared harness in `support`. Each runs the real binary against real
+//! `redis-server` processes it starts on free loopback ports.
+
+mod completions;
+mod support;
+
+mod access;
+mod basics;
+mod docs;
+mod exit_statuses;
+mod generated;
+mod kinds;
+mod lease;
+mod lost_replies;
+mod operators;
+mod packaging;
+mod policies;
+mod privileges;
+mod queue;
+mod redlock;
+mod reliability;
+mod sentinel;
+mod several_keys;
+mod signals;
+mod topologies;
