@@ -12,12 +12,9 @@ pub use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, T
 use crate::lock::{Kind, drift};
 
 /// The least time left between a renewal going out and the moment the command would have to be
-/// stopped without it. The first renewal goes out `renew-every` after the acquisition's reply,
-/// while the lease counts from before its request (connection set-up included), and a wrapper
-/// that is descheduled for a moment renews late. Measured with a loopback Redis on a shared 2-core
-/// host, 100 runs of `sleep 0.3` per TTL: with 5 ms, 1 run was killed at load 0.5 and 13–83 at
-/// load 2–3.5; with 10 ms, 1–2 at load 2–3.5; with 20 ms, none at load 0.5–2 and 1 at load 2.6
-/// (the wrapper was not scheduled for longer than the whole lease: no margin helps there).
+/// stopped without it: the first renewal goes out `renew-every` after the acquisition's reply,
+/// while the lease counts from before its request, and a wrapper descheduled for a moment
+/// renews late (why 20 ms: BENCHMARKS.md § Reading the numbers).
 pub const MIN_SLACK: Duration = Duration::from_millis(20);
 
 /// The renewal slack: the time between a renewal going out and the moment the command must be

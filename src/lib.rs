@@ -97,10 +97,9 @@ pub fn main() -> ExitCode {
 }
 
 /// Has the processor's features looked up on a thread of their own while the command line is
-/// parsed. The first reply from Redis is parsed with `memchr`, which looks them up once per
-/// process (std's `is_x86_feature_detected!`): a dozen CPUID instructions, 40 µs in a virtual
-/// machine where each one exits to the hypervisor, which a run would otherwise spend between
-/// the lock's reply and its command's start. The thread costs the run 20 µs (BENCHMARKS.md).
+/// parsed: `memchr`, which parses Redis's first reply, looks them up once per process, and a
+/// run would otherwise do it between the lock's reply and its command's start (the figures
+/// are in BENCHMARKS.md).
 fn detect_cpu_features_aside() {
     #[cfg(target_arch = "x86_64")]
     let _ = std::thread::Builder::new().stack_size(16 * 1024).spawn(|| std::is_x86_feature_detected!("avx2"));

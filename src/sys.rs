@@ -422,10 +422,8 @@ fn candidates(program: &std::ffi::OsStr, path: Option<&std::ffi::OsStr>) -> Vec<
 /// It is this same program exec'd anew (`/proc/self/exe`, run by [`be_guardian_if_asked`]),
 /// started when a run starts (a static build; see [`CHEAP_EXEC`]) or starts to wait: its exec
 /// and start-up then happen on another CPU while the run takes the lock, and the wrapper pays a
-/// clone (no fork: copying the wrapper's page tables, then a fault on the wrapper's next write
-/// to every page they share for as long as the guardian lives, cost about 0.1–0.2 ms of a 2 ms
-/// run; BENCHMARKS.md). It must not
-/// share the wrapper's memory once it runs: the OOM killer kills every process sharing the
+/// clone, not a fork (whose shared pages fault on the wrapper's next writes; BENCHMARKS.md).
+/// It must not share the wrapper's memory once it runs: the OOM killer kills every process sharing the
 /// memory of the one it picks. Where it cannot be exec'd (no /proc, a security policy, a
 /// processor this file has no bare `execve` for), it is forked instead, right before the
 /// command (a fork costs more the earlier it is made).
