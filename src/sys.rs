@@ -1,4 +1,23 @@
 //! The few operating-system calls that need `unsafe` or must run between fork and exec.
+//!
+//! - **The spawn**: `CLONE_VM | CLONE_VFORK`, like posix_spawn, with the parent-death signal,
+//!   the process group, the terminal and `PR_SET_NO_NEW_PRIVS` set before the exec, and PATH
+//!   searched as execvp does.
+//! - **The guardian**: this program exec'd anew (a clone that makes one bare `execve` of
+//!   `/proc/self/exe`, without waiting for it; `be_guardian_if_asked` at the top of `main`
+//!   turns that process into the guardian, which says on its socket when it runs), so that it
+//!   shares no memory with the wrapper and costs it no fork. A static build starts it as a run
+//!   starts (`CHEAP_EXEC`); `acquire` starts it when a run starts to wait, in any build. The
+//!   command starts once the guardian runs (`child::ready_guardian`), and the command's own
+//!   process tells the guardian its pid before its exec, so that it guards from the first
+//!   instruction.
+//! - Where the exec fails, or the guardian was killed (even between that last look and the
+//!   command's process telling it its pid: `GuardianGone`, and the spawn is made again), one is
+//!   forked right before the spawn (a fork costs more the earlier it is made); without any
+//!   guardian the command is not run. One killed while the command runs is noticed by
+//!   `supervise` (a copy of its socket reads end-of-file: `Guardian::gone`) and replaced by a
+//!   forked one, told the command's pid by the wrapper (`Guardian::guard`). Guardians are
+//!   reaped as the wrapper exits (`reap_guardians`).
 
 use std::io::{self, IsTerminal};
 use std::os::fd::BorrowedFd;
