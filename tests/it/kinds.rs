@@ -30,15 +30,7 @@ fn recorder(redis: &RedisServer, key: &str, kind: &[&str], name: &str, secs: &st
 /// A run of `kind` that holds until `go` exists (bounded), once it holds.
 fn holder(redis: &RedisServer, key: &str, kind: &[&str], go: &Path) -> Child {
     let before = holders(redis, key);
-    let child = redlock(redis)
-        .args(["-k", key])
-        .args(kind)
-        .args(["--", "sh", "-c"])
-        .arg(HOLD_UNTIL_GO)
-        .env("GO", go)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = hold_until(redis, ["-k", key].iter().chain(kind), go);
     assert!(
         wait_until(Duration::from_secs(10), || holders(redis, key) == before + 1),
         "the holder took the lock"

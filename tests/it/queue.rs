@@ -20,12 +20,7 @@ const DEAD_WAITER_BOUND: Duration = Duration::from_secs(2);
 
 /// A holder whose command runs until `go` exists (bounded: 60 s).
 fn holder(redis: &RedisServer, key: &str, go: &Path) -> Child {
-    let child = redlock(redis)
-        .args(["-k", key, "--", "sh", "-c", HOLD_UNTIL_GO])
-        .env("GO", go)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = hold_until(redis, ["-k", key], go);
     assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())), "the holder took the lock");
     child
 }

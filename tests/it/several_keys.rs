@@ -17,14 +17,7 @@ fn keys_args(keys: &[&str]) -> Vec<String> {
 
 /// A run of `keys` that holds until `go` exists (bounded), once it holds all of them.
 fn holder(redis: &RedisServer, keys: &[&str], go: &Path) -> Child {
-    let child = redlock(redis)
-        .args(keys_args(keys))
-        .args(["--", "sh", "-c"])
-        .arg(HOLD_UNTIL_GO)
-        .env("GO", go)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let child = hold_until(redis, keys_args(keys), go);
     assert!(
         wait_until(Duration::from_secs(10), || keys.iter().all(|k| redis.exists(k.as_bytes()))),
         "the holder took {keys:?}"

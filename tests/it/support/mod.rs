@@ -370,6 +370,22 @@ impl Drop for Silent {
 pub const HOLD_UNTIL_GO: &str =
     "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done";
 
+/// A run with `args` (its keys and options) whose command holds until the file `go` exists
+/// (bounded: 60 s), with its stderr piped; each caller waits for what holding means to it.
+pub fn hold_until<S: AsRef<std::ffi::OsStr>>(
+    redis: &RedisServer,
+    args: impl IntoIterator<Item = S>,
+    go: &Path,
+) -> Child {
+    redlock(redis)
+        .args(args)
+        .args(["--", "sh", "-c", HOLD_UNTIL_GO])
+        .env("GO", go)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
 pub fn redlock(server: &RedisServer) -> Command {
     redlock_at(&server.url())
