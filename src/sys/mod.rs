@@ -1,0 +1,17 @@
+//! The operating-system calls that need `unsafe` or must run between fork and exec, one file
+//! per mechanism: the command's spawn, the guardian beside it, the terminal, signal
+//! dispositions, resource limits, and the per-processor bare system call they rest on.
+
+mod arch;
+mod clone;
+mod dispositions;
+mod guardian;
+mod limits;
+mod spawn;
+mod terminal;
+
+pub use dispositions::{ignored_at_start, note_handlers};
+pub use guardian::{CHEAP_EXEC, Guardian, Ready, be_guardian_if_asked, reap_guardians};
+pub use limits::enough_descriptors;
+pub use spawn::{GuardianGone, Launch, become_subreaper, spawn};
+pub use terminal::{foreground_terminal, give_terminal_to, terminal_group};

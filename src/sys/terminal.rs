@@ -1,0 +1,38 @@
+//! The terminal on stdin: whether the run is in its foreground, and handing it over.
+
+use std::io::{self, IsTerminal};
+use std::os::fd::BorrowedFd;
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
+
+/// The terminal on stdin, when this process is in its foreground process group (interactive use).
+pub fn foreground_terminal() -> bool {
+    let stdin = stdin_fd();
+    io::stdin().is_terminal() && tcgetpgrp(stdin).is_ok_and(|pg| pg == getpgrp())
+}
+
+/// The foreground process group of the terminal on stdin, if there is one.
+pub fn terminal_group() -> Option<Pid> {
+    tcgetpgrp(stdin_fd()).ok()
+}
+
+/// Makes `pgid` the foreground process group of the terminal on stdin. SIGTTOU is blocked for
+/// the call because a background group (as the wrapper is, once it has handed the terminal to
+/// the command) may not otherwise change it.
+pub fn give_terminal_to(pgid: Pid) {
+    let mut ttou = SigSet::empty();
+    ttou.add(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    if pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
+        // Best effort: the terminal may have gone away (hangup), which is not an error here.
+        let _ = tcsetpgrp(stdin_fd(), pgid);
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    }
+}
+
+fn stdin_fd() -> BorrowedFd<'static> {
+    // SAFETY: fd 0 stays open for the life of the process (it is never closed here), so a
+    // 'static borrow of it is sound; if it is not a terminal the calls above simply fail.
+    unsafe { BorrowedFd::borrow_raw(0) }
+}
