@@ -8,11 +8,11 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::backoff::full_jitter;
 use crate::config::{Config, KILL_AHEAD};
 use crate::exit::Error;
+use crate::guardian::Guard;
 use crate::lock::{
     Acquired, Fault, Handover, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, Wake, Wakeups, show_key,
 };
 use crate::signals::Signals;
-use crate::sys::Guardian;
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
 const OUTAGE_RETRY: Duration = Duration::from_secs(1);
@@ -51,13 +51,13 @@ pub enum Outcome {
     Unlocked { reason: String },
 }
 
-/// `guardian`: a run that has to wait and has no guardian yet execs it meanwhile, so that the
-/// handoff, when it comes, does not wait for one (see `sys::Guardian`).
+/// `guard`: a run that has to wait starts its guardian meanwhile, so that the handoff, when it
+/// comes, does not wait for one (see [`Guard::prepare_to_wait`]).
 pub async fn acquire(
     lock: &mut Lock,
     config: &Config,
     signals: &mut Signals,
-    guardian: &mut Option<Guardian>,
+    guard: &mut Guard,
 ) -> Result<Outcome, Error> {
     let started = Instant::now();
     let wait_until = started + config.wait;
@@ -163,11 +163,7 @@ pub async fn acquire(
                     leave(lock, queued).await;
                     return Err(busy(config, &busy_now, nested.flatten().as_deref()));
                 }
-                if guardian.is_none() {
-                    // Failing here is not reported: the spawn forks one, or says why not.
-                    *guardian = Guardian::exec().ok();
-                }
-                crate::sys::note_handlers();
+                guard.prepare_to_wait();
                 // A queued waiter tries again when told its turn has come, and at each
                 // keep-alive (which also notices a lock that expired without a release).
                 let retry_in = if queued {

@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 
 use crate::exit::{Error, signal_status, status};
+use crate::guardian::Guard;
 use crate::sys;
 
 /// The variables the command receives. None of them configures a wrapper (see
@@ -25,48 +26,6 @@ pub mod vars {
     pub const FENCES: &str = "REDLOCK_FENCES";
     #[cfg(test)]
     pub const ALL: [&str; 6] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES];
-}
-
-/// How long the command waits for its exec'd guardian to say that it runs (started as the run
-/// started or began to wait, it usually has long before) before a forked one takes its place.
-const GUARDIAN_READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// The guardian of the command `argv` about to start: the run's own once it says it runs (see
-/// `sys::Guardian`), else — its exec failed, someone killed it, or there was none — one forked
-/// now. None at all (out of processes or descriptors): the command is not run (126), since
-/// nothing would kill what it starts if the wrapper were killed.
-pub async fn ready_guardian(
-    argv: &[OsString],
-    guardian: Option<sys::Guardian>,
-) -> Result<sys::Guardian, Error> {
-    if let Some(mut guardian) = guardian {
-        let deadline = tokio::time::Instant::now() + GUARDIAN_READY_WITHIN;
-        loop {
-            match guardian.ready() {
-                sys::Ready::Yes => return Ok(guardian),
-                sys::Ready::Gone => break,
-                sys::Ready::NotYet => {}
-            }
-            match tokio::time::timeout_at(deadline, guardian.news()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => break,
-                Err(_) => {
-                    tracing::debug!("the exec'd guardian did not say it runs in time");
-                    break;
-                }
-            }
-        }
-    }
-    forked_guardian(argv)
-}
-
-/// A guardian forked now, or why the command `argv` cannot run (see [`ready_guardian`]).
-fn forked_guardian(argv: &[OsString]) -> Result<sys::Guardian, Error> {
-    sys::Guardian::fork().map_err(|e| Error::Spawn {
-        command: argv.first().map(|p| shown(p)).unwrap_or_default(),
-        reason: format!("cannot start the guardian of its process group: {e}"),
-        code: status::NOT_EXECUTABLE,
-    })
 }
 
 /// Environment the command receives from the wrapper.
@@ -91,8 +50,9 @@ pub struct Child {
     sigchld: SignalStream,
     exit: Option<u8>,
     stopped: Option<Signal>,
-    /// Kills the group if the wrapper dies before it is dismissed.
-    guardian: Option<sys::Guardian>,
+    /// Kills the group if the wrapper dies before it is dismissed, or cannot act by the lease
+    /// deadline.
+    guard: Guard,
 }
 
 /// The command's process group, judged by the processes that can still run: zombies are not
@@ -117,7 +77,7 @@ impl Child {
     /// Starts `argv` directly (no shell) with the wrapper's stdio and environment, minus the
     /// variables that configure a wrapper, plus the lock's variables.
     ///
-    /// `guardian`: ready to guard ([`ready_guardian`]); one that dies before the command's
+    /// `guard`: ready to guard ([`Guard::ready`]); a guardian that dies before the command's
     /// process has told it its pid is replaced by a forked one.
     ///
     /// `sigchld`: SIGCHLD as the wrapper registered it at start-up (`Signals::take_child_exits`),
@@ -125,7 +85,7 @@ impl Child {
     pub fn spawn(
         argv: &[OsString],
         env: &LockEnv,
-        guardian: sys::Guardian,
+        mut guard: Guard,
         sigchld: Option<SignalStream>,
     ) -> Result<Child, Error> {
         let sigchld = match sigchld {
@@ -136,18 +96,17 @@ impl Child {
         let foreground = sys::foreground_terminal();
         sys::become_subreaper();
         let envp = environment(env);
-        let mut guardian = guardian;
         // Bounded: a guardian forked an instant ago that is killed before the command's process
         // tells it its pid, three times running, is somebody's doing, and reported as such.
         let mut tries = 3;
         let pid = loop {
             let launch =
-                sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: Some(&guardian) };
+                sys::Launch { foreground, no_new_privs: env.no_new_privs, guardian: guard.current() };
             match sys::spawn(program, argv, &envp, launch) {
                 Err(e) if sys::GuardianGone::is(&e) && tries > 1 => {
                     tries -= 1;
                     tracing::debug!("the guardian died as the command started: another one is forked");
-                    guardian = forked_guardian(argv)?;
+                    guard.fork(argv)?;
                 }
                 Err(e) => {
                     if foreground {
@@ -155,7 +114,7 @@ impl Child {
                         sys::give_terminal_to(nix::unistd::getpgrp());
                     }
                     // Nothing to guard: the command's process is gone (its pid may be reused).
-                    guardian.dismiss();
+                    guard.dismiss();
                     return Err(spawn_error(program, &e));
                 }
                 Ok(pid) => break pid,
@@ -166,35 +125,13 @@ impl Child {
             // touches the terminal before the child's own call.
             sys::give_terminal_to(pid);
         }
-        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guardian: Some(guardian) })
+        guard.guarding(pid);
+        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guard })
     }
 
-    /// Resolves once the command's guardian is gone (see [`sys::Guardian::gone`]); never
-    /// without one.
-    pub fn guardian_gone(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-        match &self.guardian {
-            Some(guardian) => Box::pin(guardian.gone()),
-            None => Box::pin(std::future::pending()),
-        }
-    }
-
-    /// The guardian died while the command runs (someone killed it): another one is forked and
-    /// told the command's pid, so that a wrapper killed later still takes the whole group with it.
-    pub fn replace_guardian(&mut self) {
-        match sys::Guardian::fork() {
-            Ok(guardian) => {
-                guardian.guard(self.pid);
-                tracing::warn!("the guardian process is gone (killed?); another one guards the command");
-                self.guardian = Some(guardian);
-            }
-            Err(e) => {
-                tracing::warn!(
-                    "the guardian process is gone (killed?), and no other can be started ({e}): if the \
-                     wrapper is killed now, background jobs of the command may outlive it"
-                );
-                self.guardian = None;
-            }
-        }
+    /// The command's guardian (see [`Guard`]).
+    pub fn guard(&mut self) -> &mut Guard {
+        &mut self.guard
     }
 
     /// Whether the command's group is the terminal's foreground group.
@@ -285,14 +222,10 @@ impl Child {
             sys::give_terminal_to(own);
         }
         // If someone else continues the command meanwhile, the guardian wakes the wrapper.
-        if let Some(guardian) = &self.guardian {
-            guardian.watch();
-        }
+        self.guard.watch();
         // SIGSTOP rather than SIGTSTP: the kernel discards SIGTSTP in an orphaned process group.
         let _ = nix::sys::signal::raise(Signal::SIGSTOP);
-        if let Some(guardian) = &self.guardian {
-            guardian.unwatch();
-        }
+        self.guard.unwatch();
         // Continued in the foreground (`fg`): the shell gave the terminal to the wrapper's group.
         // In the background (`bg`) the terminal stays the shell's.
         if self.foreground && sys::terminal_group() == Some(own) {
@@ -320,9 +253,7 @@ impl Drop for Child {
         if self.exit.is_none() || self.group_alive() {
             let _ = self.signal_group(Signal::SIGKILL);
         }
-        if let Some(guardian) = self.guardian.take() {
-            guardian.dismiss();
-        }
+        self.guard.dismiss();
         if self.foreground && sys::terminal_group() == Some(self.pid) {
             sys::give_terminal_to(nix::unistd::getpgrp());
         }
@@ -460,7 +391,7 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
 
 /// A command's name as diagnostics show it: its bytes escaped, so that a newline or a control
 /// character in it cannot start what looks like another line of the wrapper's.
-fn shown(program: &std::ffi::OsStr) -> String {
+pub fn shown(program: &std::ffi::OsStr) -> String {
     use std::os::unix::ffi::OsStrExt;
     program.as_bytes().escape_ascii().to_string()
 }
@@ -513,8 +444,8 @@ mod tests {
     /// its pid, is replaced: the command runs, guarded, instead of failing with "Broken pipe".
     #[tokio::test]
     async fn a_guardian_that_dies_as_the_command_starts_is_replaced() {
-        use super::{Child, Event, LockEnv, sys};
-        let dead = sys::Guardian::fork().expect("fork a guardian");
+        use super::{Child, Event, Guard, LockEnv, sys};
+        let dead = sys::Guardian::fork(None).expect("fork a guardian");
         let _ = nix::sys::signal::kill(dead.pid(), nix::sys::signal::Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(dead.pid(), None);
         let env = LockEnv {
@@ -527,9 +458,9 @@ mod tests {
             no_new_privs: false,
         };
         let argv = ["sh".into(), "-c".into(), "exit 7".into()];
-        let mut child =
-            Child::spawn(&argv, &env, dead, None).expect("the command runs, with another guardian");
-        let replacement = child.guardian.as_mut().expect("guarded");
+        let mut child = Child::spawn(&argv, &env, Guard::with(dead), None)
+            .expect("the command runs, with another guardian");
+        let replacement = child.guard.guardian_mut().expect("guarded");
         assert!(matches!(replacement.ready(), sys::Ready::Yes), "the replacement guardian runs");
         let ended = tokio::time::timeout(std::time::Duration::from_secs(10), child.wait()).await;
         assert!(matches!(ended, Ok(Event::Exited(7))), "the command ran to its end");

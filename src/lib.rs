@@ -13,6 +13,7 @@ mod child;
 pub mod cli;
 mod config;
 mod exit;
+mod guardian;
 mod lock;
 mod logging;
 mod metrics;
@@ -30,8 +31,11 @@ use std::process::ExitCode;
 
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
 pub fn main() -> ExitCode {
-    // A run's guardian process is this program exec'd anew.
-    sys::be_guardian_if_asked();
+    // A run's guardian process is this program exec'd anew, and so is the releaser a guardian
+    // starts once its wrapper has died.
+    if let Some(job) = sys::guardian_role() {
+        return guardian::release_after_death(job);
+    }
     detect_cpu_features_aside();
     let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
@@ -85,7 +89,7 @@ pub fn main() -> ExitCode {
         }
     });
     // No guardian left a zombie for an init that may never reap it.
-    sys::reap_guardians();
+    guardian::reap();
     match result {
         Ok(code) => ExitCode::from(code),
         // With -q a busy lock is an expected outcome, like a skipped run: cron mails nothing.

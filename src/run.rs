@@ -8,16 +8,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::{Outcome, acquire};
-use crate::child::{Child, LockEnv, ready_guardian};
-use crate::config::Config;
+use crate::child::{Child, LockEnv};
+use crate::config::{Config, OnLost};
 use crate::exit::Error;
+use crate::guardian::{Guard, Ticket};
 use crate::lock::{Conn, Handover, Lock, Success};
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
 use crate::renew::Renewer;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
-use crate::sys::{self, Guardian};
+use crate::sys;
 
 pub async fn run(config: Config) -> Result<u8, Error> {
     let mut report = Report::default();
@@ -44,13 +45,6 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
-    // Exec'd now, the guardian starts on another CPU while the lock is taken (`sys::Guardian`);
-    // otherwise when the run starts to wait, or forked right before the command.
-    let mut guardian = if sys::CHEAP_EXEC {
-        Guardian::exec().map_err(|e| tracing::debug!("the guardian cannot be exec'd: {e}")).ok()
-    } else {
-        None
-    };
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
         tracing::warn!(
@@ -61,14 +55,30 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     }
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
-    lock.hand_over_for(Handover::grant(config.kill_grace, config.ttl));
+    let grant = Handover::grant(config.kill_grace, config.ttl);
+    lock.hand_over_for(grant);
+    let mut guard = Guard::new(&Ticket {
+        redis: config.redis.clone(),
+        keys: config.keys.clone(),
+        ttl: config.ttl,
+        kind: config.kind,
+        value: lock.value().to_owned(),
+        grant,
+        min_hold: config.min_hold,
+        output: config.output,
+    });
+    // Exec'd now, the guardian starts on another CPU while the lock is taken (`guardian.rs`);
+    // otherwise when the run starts to wait, or forked right before the command.
+    if sys::CHEAP_EXEC {
+        guard.start();
+    }
     // The key as a log field: escaped bytes, no quotes.
     let key = config.key.escape_ascii().to_string();
     // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
     let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
-    let outcome = acquire(&mut lock, config, &mut signals, &mut guardian).await;
+    let outcome = acquire(&mut lock, config, &mut signals, &mut guard).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease, handed_over, subscription) = match outcome? {
         Outcome::Acquired { fences, lease, queue_position, handed_over, subscription } => {
@@ -83,11 +93,15 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
         Outcome::Unlocked { reason } => {
             report.outcome = Some(RunOutcome::Unlocked);
-            return run_unlocked(config, &mut signals, &reason, report, guardian).await;
+            return run_unlocked(config, &mut signals, &reason, report, guard).await;
         }
     };
     let fence = fences[0];
     let acquired = Instant::now();
+    // Before the command starts: were the wrapper stopped from its first instruction on, the
+    // guardian still stops the command by the lease deadline.
+    guard.acquired(acquired);
+    guard.lease_ends((config.on_lost == OnLost::Terminate).then(|| lease.deadline()));
     tracing::info!(
         key = %key,
         fence,
@@ -107,8 +121,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let spawned = match ready_guardian(&config.command, guardian).await {
-        Ok(guardian) => Child::spawn(&config.command, &env, guardian, signals.take_child_exits()),
+    let spawned = match guard.ready(&config.command).await {
+        Ok(()) => Child::spawn(&config.command, &env, guard, signals.take_child_exits()),
         Err(e) => Err(e),
     };
     let mut child = match spawned {
@@ -189,7 +203,7 @@ async fn run_unlocked(
     signals: &mut Signals,
     reason: &str,
     report: &mut Report,
-    guardian: Option<Guardian>,
+    mut guard: Guard,
 ) -> Result<u8, Error> {
     tracing::error!(
         key = %config.key.escape_ascii(),
@@ -205,8 +219,9 @@ async fn run_unlocked(
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let guardian = ready_guardian(&config.command, guardian).await?;
-    let mut child = Child::spawn(&config.command, &env, guardian, signals.take_child_exits())?;
+    guard.no_lock();
+    guard.ready(&config.command).await?;
+    let mut child = Child::spawn(&config.command, &env, guard, signals.take_child_exits())?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
         let format = config.output.format;

@@ -17,6 +17,11 @@ pub fn drift(ttl: Duration) -> Duration {
 /// (timer granularity and scheduling delay must not let it outlive the lease).
 pub const KILL_AHEAD: Duration = Duration::from_millis(10);
 
+/// The guardian kills the command's group this long before the lease deadline if the wrapper
+/// has not stopped it by then (a wrapper that cannot act: stopped, starved): after the
+/// wrapper's own SIGKILL, still before the key can expire.
+pub const GUARDIAN_KILL_AHEAD: Duration = Duration::from_millis(5);
+
 /// The timing of a lock that a release hands over to the first waiter (ARCHITECTURE.md §
 /// Handing the lock over): the release takes the lock for the waiter for [`Handover::grant`],
 /// the waiter starts its command only if [`Handover::usable`], and confirms the lock for its

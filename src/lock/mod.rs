@@ -31,7 +31,7 @@ use scripts::Call;
 pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
-pub use lease::{Handover, KILL_AHEAD, Lease, drift};
+pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
 pub use settings::Idempotency;
 pub use values::{Holder, Kind, Success, rfc3339_ms};
 
@@ -231,6 +231,15 @@ impl Lock {
 
     /// A release hands the lock over to the first queued waiter that can take it that way,
     /// for `grant` (it extends that at once to its own TTL): see `scripts::RELEASE`.
+    /// This lock as the run with `value` took it, for a process other than that run's wrapper
+    /// (the releaser after the wrapper's death): released with the full script, which hands
+    /// the lock over to a waiter and leaves the queue.
+    pub fn adopt(mut self, value: String) -> Self {
+        self.value = value;
+        self.queued = true;
+        self
+    }
+
     pub fn hand_over_for(&mut self, grant: Duration) {
         self.grant = grant;
     }

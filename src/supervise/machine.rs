@@ -194,6 +194,12 @@ impl Machine {
         self.reason
     }
 
+    /// The lease deadline by which nothing of the command may run (`None`: no lease, or
+    /// `--on-lost ignore`, which lets it run on without one).
+    pub fn kill_deadline(&self) -> Option<Instant> {
+        self.lease.filter(|_| self.rules.on_lost == OnLost::Terminate).map(|l| l.deadline())
+    }
+
     /// Whether ownership was lost (or its deadline passed) while the command ran.
     pub fn lost(&self) -> bool {
         self.lost_at.is_some()

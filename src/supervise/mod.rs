@@ -66,7 +66,7 @@ pub async fn supervise(
     let mut machine = Machine::new(rules, lease, Instant::now());
     let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
 
-    let mut guardian_gone = shell.child.guardian_gone();
+    let mut guardian_gone = shell.child.guard().gone();
     let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
     stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let finish = loop {
@@ -109,8 +109,8 @@ pub async fn supervise(
             () = sleep_until(wake) => None,
             // Someone killed the guardian while the command runs: another takes its place.
             () = &mut guardian_gone, if !shell.reported_exit => {
-                shell.child.replace_guardian();
-                guardian_gone = shell.child.guardian_gone();
+                shell.child.guard().replace();
+                guardian_gone = shell.child.guard().gone();
                 None
             }
         };
@@ -149,6 +149,8 @@ impl Shell<'_> {
     fn feed(&mut self, machine: &mut Machine, input: Input) {
         machine.handle(input, Instant::now(), &mut self.actions);
         self.carry_out(machine);
+        // The guardian keeps the deadline too, for a wrapper that cannot act by then.
+        self.child.guard().lease_ends(machine.kill_deadline());
     }
 
     /// Carries out the actions asked for, feeding back what they found, until none is left.

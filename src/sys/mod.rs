@@ -11,7 +11,9 @@ mod spawn;
 mod terminal;
 
 pub use dispositions::{ignored_at_start, note_handlers};
-pub use guardian::{CHEAP_EXEC, Guardian, Ready, be_guardian_if_asked, reap_guardians};
+pub use guardian::{
+    CHEAP_EXEC, Guardian, Ready, Releaser, Verdict, guardian_role, monotonic_ns, reap_guardians, ticket_file,
+};
 pub use limits::enough_descriptors;
 pub use spawn::{GuardianGone, Launch, become_subreaper, spawn};
 pub use terminal::{foreground_terminal, give_terminal_to, terminal_group};

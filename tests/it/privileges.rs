@@ -262,3 +262,66 @@ fn at_the_process_limit_the_run_says_why_and_releases() {
     assert!(r.stderr.contains("Resource temporarily unavailable"), "{:?}", r.stderr);
     assert!(!redis.exists(b"lock:nproc"), "released");
 }
+
+/// The wrapper is killed while a member of its command's group, now root, is beyond the
+/// guardian's SIGKILL — or where `/proc` (another PID namespace's) cannot show the members:
+/// the guardian cannot confirm the group dead, so it does not release (the lock expires by
+/// itself) and says why on the wrapper's stderr.
+#[test]
+fn a_killed_wrapper_whose_command_cannot_be_confirmed_dead_leaves_its_lock_to_expire() {
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    let foreign_proc = can_unshare(&["--pid", "--fork"]);
+    for (marker, unshared, why) in
+        [("35.5", false, "cannot be signalled"), ("36.5", true, "/proc cannot show")]
+    {
+        if unshared && !foreign_proc {
+            eprintln!("skipped: cannot make a PID namespace");
+            continue;
+        }
+        let mut cmd = stage.wrapper_escalating(
+            &redis,
+            &["-k", "lock:eperm-crash", "--ttl", "20s"],
+            &["sh", "-c", &format!("exec sleep {marker} >/dev/null 2>&1")],
+        );
+        if unshared {
+            // The same run, as a child of a shell that is the namespace's PID 1 (whose end would
+            // end the guardian too) and keeps the outer /proc.
+            let mut inner = vec![cmd.get_program().to_owned()];
+            inner.extend(cmd.get_args().map(|a| a.to_owned()));
+            let mut shell = std::process::Command::new("unshare");
+            shell
+                .args([
+                    "--pid",
+                    "--fork",
+                    "setpriv",
+                    "--reuid",
+                    "65534",
+                    "--regid",
+                    "65534",
+                    "--clear-groups",
+                ])
+                .args(["sh", "-c", "\"$@\"; sleep 2", "sh"])
+                .args(inner)
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .current_dir(stage.path(""))
+                .stdin(Stdio::null());
+            cmd = shell;
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn");
+        let sleeper = root_sleeper(marker);
+        let stat = std::fs::read_to_string(format!("/proc/{sleeper}/stat")).unwrap();
+        let wrapper: i32 = stat.rsplit(") ").next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        assert!(redis.exists(b"lock:eperm-crash"));
+        kill(Pid::from_raw(wrapper), Signal::SIGKILL).unwrap();
+        let out = wait_output(child, LIMIT);
+        let alive = process_alive(sleeper);
+        let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(why) && stderr.contains("was NOT released"), "{marker}: {stderr}");
+        assert!(unshared || alive, "the root member was out of reach");
+        assert!(redis.exists(b"lock:eperm-crash"), "{marker}: the lock is left to expire");
+        redis.cmd::<()>(&[b"DEL", b"lock:eperm-crash"]);
+    }
+}

@@ -21,6 +21,7 @@
 mod process;
 
 use std::io;
+use std::os::fd::{BorrowedFd, FromRawFd};
 
 use nix::libc;
 use nix::unistd::Pid;
@@ -28,7 +29,7 @@ use nix::unistd::Pid;
 use super::arch::{BARE_SYSCALLS, bare_syscall};
 use super::clone::{CloneStack, clone_blocked};
 use super::limits::open_max;
-use process::guard;
+use process::{Fds, guard};
 
 /// The guardian's stack until its exec (two system calls).
 const GUARDIAN_STACK: usize = 64 * 1024;
@@ -67,8 +68,15 @@ struct Starting {
 }
 
 /// What the guardian is told, one byte each; `GUARD` is followed by the command's pid (4 bytes,
-/// native order) in the same write, made by the command's process before its exec.
+/// native order) in the same write, made by the command's process before its exec; `KILL_BY`
+/// and `ACQUIRED` by an instant (8 bytes, nanoseconds of `CLOCK_MONOTONIC`, native order).
 pub(super) const DISMISS: u8 = b'x';
+/// Kill the command's group at this instant unless told a later one (`i64::MAX`: never).
+pub(super) const KILL_BY: u8 = b'k';
+/// The lock was taken at this instant (for `--min-hold` after the wrapper's death).
+pub(super) const ACQUIRED: u8 = b'a';
+/// The run holds no lock after all (`--fail-open`): nothing to release if the wrapper dies.
+pub(super) const NO_LOCK: u8 = b'n';
 pub(super) const WATCH: u8 = b's';
 pub(super) const UNWATCH: u8 = b'r';
 pub(in crate::sys) const GUARD: u8 = b'p';
@@ -89,7 +97,10 @@ impl Guardian {
     /// process shares the wrapper's memory until then, with every signal blocked, and makes only
     /// bare system calls (see [`guardian_exec`]). It can guard a command once it says it runs
     /// ([`Guardian::ready`]).
-    pub fn exec() -> io::Result<Self> {
+    ///
+    /// `ticket`: what it needs to release the lock if the wrapper dies (see [`Releaser`]); it
+    /// also keeps a copy of the wrapper's stderr to say what it did there.
+    pub fn exec(ticket: Option<BorrowedFd<'_>>) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         if !BARE_SYSCALLS {
             return Err(io::Error::from(io::ErrorKind::Unsupported));
@@ -98,10 +109,25 @@ impl Guardian {
         // Theirs survives the exec (the guardian moves it to stdin); ours and every other
         // descriptor of the wrapper's do not.
         nix::fcntl::fcntl(&theirs, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
-        let strings = [nix::unistd::getpid().as_raw().to_string(), theirs.as_raw_fd().to_string()]
-            .map(|s| std::ffi::CString::new(s).expect("a number has no NUL byte"));
+        // Close-on-exec here; the new process clears the flag on its own copy.
+        let stderr = nix::fcntl::fcntl(std::io::stderr(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3)).ok();
+        let stderr = stderr.map(|fd| {
+            // SAFETY: a descriptor just made by F_DUPFD_CLOEXEC, owned by nobody else.
+            unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+        });
+        let keep = [stderr.as_ref().map_or(-1, |fd| fd.as_raw_fd()), ticket.map_or(-1, |fd| fd.as_raw_fd())];
+        let strings = [nix::unistd::getpid().as_raw(), theirs.as_raw_fd(), keep[0], keep[1]]
+            .map(|n| std::ffi::CString::new(n.to_string()).expect("a number has no NUL byte"));
         let mut exec = Box::new(GuardianExec {
-            argv: [GUARDIAN_ARGV0.as_ptr(), strings[0].as_ptr(), strings[1].as_ptr(), std::ptr::null()],
+            argv: [
+                GUARDIAN_ARGV0.as_ptr(),
+                strings[0].as_ptr(),
+                strings[1].as_ptr(),
+                strings[2].as_ptr(),
+                strings[3].as_ptr(),
+                std::ptr::null(),
+            ],
+            keep,
             strings,
         });
         let stack = CloneStack::new(GUARDIAN_STACK)?;
@@ -114,17 +140,18 @@ impl Guardian {
     }
 
     /// Forks the guardian, right before the command (where it is not exec'd): it runs at once.
-    pub fn fork() -> io::Result<Self> {
+    pub fn fork(ticket: Option<BorrowedFd<'_>>) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let (socket, theirs) = socket_pair()?;
         let wrapper = nix::unistd::getpid().as_raw();
         let open_max = open_max();
+        let ticket = ticket.map_or(-1, |fd| fd.as_raw_fd());
         // SAFETY: the child only makes async-signal-safe system calls (close and those of
         // `guard`) and never returns into Rust code that could allocate or lock.
         match unsafe { nix::unistd::fork() }? {
             nix::unistd::ForkResult::Child => unsafe {
                 libc::close(socket.as_raw_fd());
-                guard(theirs.as_raw_fd(), wrapper, open_max, false)
+                guard(Fds { socket: theirs.as_raw_fd(), stderr: 2, ticket }, wrapper, open_max, false)
             },
             nix::unistd::ForkResult::Parent { child } => {
                 Ok(Guardian { socket, starting: None, pid: child.as_raw() })
@@ -231,14 +258,40 @@ impl Guardian {
         }
     }
 
-    /// The command's group is gone: the guardian may leave without doing anything.
-    pub fn dismiss(self) {
-        let _ = nix::unistd::write(&self.socket, &[DISMISS]);
+    /// Kill the command's group at `at` (nanoseconds of `CLOCK_MONOTONIC`; `None`: never)
+    /// unless told a later instant first: the wrapper's lease deadline, kept by the guardian
+    /// in case the wrapper cannot act by then (stopped, say).
+    pub fn kill_by(&self, at: Option<i64>) {
+        self.tell(KILL_BY, at.unwrap_or(i64::MAX));
     }
+
+    /// The lock was taken at `at` (nanoseconds of `CLOCK_MONOTONIC`).
+    pub fn acquired(&self, at: i64) {
+        self.tell(ACQUIRED, at);
+    }
+
+    /// The run holds no lock: if the wrapper dies, there is nothing to release.
+    pub fn no_lock(&self) {
+        let _ = nix::unistd::write(&self.socket, &[NO_LOCK]);
+    }
+
+    fn tell(&self, what: u8, at: i64) {
+        let mut message = [what; 9];
+        message[1..].copy_from_slice(&at.to_ne_bytes());
+        let _ = nix::unistd::write(&self.socket, &message);
+    }
+
+    /// The command's group is gone: the guardian may leave without doing anything.
+    pub fn dismiss(self) {}
 }
 
 impl Drop for Guardian {
     fn drop(&mut self) {
+        // Goodbye: the guardian leaves without releasing anything. A panic says none, so that
+        // the guardian takes it for the wrapper's death, as it is under `panic = "abort"`.
+        if !std::thread::panicking() {
+            let _ = nix::unistd::write(&self.socket, &[DISMISS]);
+        }
         // An exec'd guardian that has not said it runs may still be before its exec, in the
         // wrapper's memory (a wrapper that leaves before its command starts, or gave up waiting
         // for it): what it uses there stays (a few pages, once in a run).
@@ -282,12 +335,15 @@ fn socket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
 /// argv[0] of an exec'd guardian (what `ps` shows, followed by its wrapper's pid).
 const GUARDIAN_ARGV0: &std::ffi::CStr = c"redlock-run: guardian";
 
-/// The exec'd guardian's argv: `GUARDIAN_ARGV0`, the wrapper's pid, its socket's descriptor.
+/// The exec'd guardian's argv: `GUARDIAN_ARGV0`, the wrapper's pid, the descriptors of its
+/// socket, of its copy of the wrapper's stderr and of the ticket (-1: none).
 struct GuardianExec {
-    argv: [*const libc::c_char; 4],
+    argv: [*const libc::c_char; 6],
+    /// The descriptors to keep across the exec (-1: none), close-on-exec in the wrapper.
+    keep: [libc::c_int; 2],
     /// What `argv` points to.
     #[expect(dead_code, reason = "held, not read: `argv` points into them")]
-    strings: [std::ffi::CString; 2],
+    strings: [std::ffi::CString; 4],
 }
 
 /// The guardian's process from its clone to its exec, in the wrapper's memory, every signal
@@ -305,6 +361,11 @@ extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
         // /dev/null in their place.
         for fd in [1, 2] {
             bare_syscall(libc::SYS_fcntl, fd, libc::F_SETFD as usize, libc::FD_CLOEXEC as usize);
+        }
+        // This process's own copies of the descriptors table: clearing the flag here leaves
+        // the wrapper's alone.
+        for fd in exec.keep.into_iter().filter(|&fd| fd >= 0) {
+            bare_syscall(libc::SYS_fcntl, fd as usize, libc::F_SETFD as usize, 0);
         }
         let envp = [std::ptr::null::<libc::c_char>()];
         bare_syscall(
@@ -324,23 +385,114 @@ extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
 /// spare (waiting for the lock), and forks it right before the command otherwise.
 pub const CHEAP_EXEC: bool = cfg!(target_feature = "crt-static");
 
-/// Becomes the guardian when this process was exec'd as one (see [`Guardian`]): argv
-/// `redlock-run: guardian WRAPPER-PID FD`, FD its socket; it then never returns. Otherwise
-/// returns at once: a run starts.
-pub fn be_guardian_if_asked() {
+/// argv[0] of the process a guardian execs, once the wrapper has died, to release the lock.
+const RELEASER_ARGV0: &std::ffi::CStr = c"redlock-run: releaser";
+
+/// The descriptor the releaser finds its ticket on.
+const TICKET_FD: i32 = 3;
+
+/// What a guardian found when its wrapper died: whether the command's group is certainly dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No command had started.
+    NothingRan,
+    /// Every process of the group is gone or a zombie.
+    Dead,
+    /// A member could not be signalled (another user's, after a setuid program, say).
+    Unsignalable,
+    /// A member was still alive a while after SIGKILL (uninterruptible sleep, say).
+    Stuck,
+    /// `/proc` is missing or another PID namespace's: the members cannot be seen.
+    NoProc,
+}
+
+impl Verdict {
+    pub(super) const ALL: [Verdict; 5] =
+        [Verdict::NothingRan, Verdict::Dead, Verdict::Unsignalable, Verdict::Stuck, Verdict::NoProc];
+}
+
+/// The release after the wrapper's death (see [`guardian_role`]).
+pub struct Releaser {
+    /// The wrapper that died.
+    pub wrapper: i32,
+    /// When it took the lock (nanoseconds of `CLOCK_MONOTONIC`), if it had.
+    pub acquired: Option<i64>,
+    pub verdict: Verdict,
+    /// What the wrapper wrote for this (the lock's settings, keys and value).
+    pub ticket: Vec<u8>,
+}
+
+/// A memory file holding `bytes`, close-on-exec: a ticket a guardian keeps for its releaser.
+pub fn ticket_file(bytes: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the name is NUL-terminated; the descriptor returned is owned by nobody else.
+    let fd = unsafe { libc::memfd_create(c"redlock-run-ticket".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(bytes)?;
+    Ok(file.into())
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`, the clock of `Instant`, which the guardian shares.
+pub fn monotonic_ns() -> i64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the struct it is given, which outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec * 1_000_000_000 + now.tv_nsec
+}
+
+/// What this process was exec'd as. A guardian (see [`Guardian`]; argv `redlock-run: guardian
+/// WRAPPER-PID SOCKET STDERR TICKET`, descriptors, -1 for none) never returns; a releaser
+/// (argv `redlock-run: releaser WRAPPER-PID ACQUIRED VERDICT`, its ticket on descriptor 3)
+/// gets its job. Otherwise `None` at once: a run starts.
+pub fn guardian_role() -> Option<Releaser> {
     use std::os::unix::ffi::OsStrExt;
     let mut args = std::env::args_os();
-    if args.next().is_none_or(|arg0| arg0.as_bytes() != GUARDIAN_ARGV0.to_bytes()) {
-        return;
+    let arg0 = args.next()?;
+    let number = |arg: Option<std::ffi::OsString>| arg?.to_str()?.parse::<i64>().ok();
+    if arg0.as_bytes() == RELEASER_ARGV0.to_bytes() {
+        let (Some(wrapper), Some(acquired), Some(verdict), None) =
+            (number(args.next()), number(args.next()), number(args.next()), args.next())
+        else {
+            return None;
+        };
+        return Some(Releaser {
+            wrapper: i32::try_from(wrapper).ok()?,
+            acquired: (acquired >= 0).then_some(acquired),
+            verdict: *Verdict::ALL.get(usize::try_from(verdict).ok()?)?,
+            ticket: read_ticket().ok()?,
+        });
     }
-    let number = |arg: Option<std::ffi::OsString>| arg?.to_str()?.parse::<i32>().ok();
-    let (Some(wrapper), Some(socket), None) = (number(args.next()), number(args.next()), args.next()) else {
-        return;
+    if arg0.as_bytes() != GUARDIAN_ARGV0.to_bytes() {
+        return None;
+    }
+    let mut n = || number(args.next()).and_then(|n| i32::try_from(n).ok());
+    let (Some(wrapper), Some(socket), Some(stderr), Some(ticket), None) = (n(), n(), n(), n(), args.next())
+    else {
+        return None;
     };
     // Named like its wrapper for `pkill redlock-run` and `ps -C`, whose signals it ignores
     // (an exec through /proc/self/exe would be named "exe").
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"redlock-run".as_ptr(), 0, 0, 0) };
     // SAFETY: a process of its own, exec'd for this: nothing else runs in it.
-    unsafe { guard(socket, wrapper, open_max(), true) }
+    unsafe { guard(Fds { socket, stderr, ticket }, wrapper, open_max(), true) }
+}
+
+/// The releaser's ticket, from descriptor 3.
+fn read_ticket() -> io::Result<Vec<u8>> {
+    use std::io::{Read, Seek};
+    use std::os::fd::FromRawFd;
+    // SAFETY: descriptor 3 is the ticket the guardian passed across its exec, owned by nobody
+    // else in this process.
+    let mut file = unsafe { std::fs::File::from_raw_fd(TICKET_FD) };
+    // Read from its start: the wrapper's write left the shared offset at its end.
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut ticket = Vec::new();
+    file.read_to_end(&mut ticket)?;
+    Ok(ticket)
 }

@@ -2,7 +2,7 @@
 
 use nix::libc;
 
-use super::{GUARD, RUNS, UNWATCH, WATCH};
+use super::{ACQUIRED, GUARD, KILL_BY, NO_LOCK, RUNS, UNWATCH, Verdict, WATCH};
 
 /// How often a watching guardian looks at the command.
 const WATCH_EVERY_MS: i32 = 10;
@@ -46,13 +46,27 @@ fn stat_path(pid: i32) -> [u8; 32] {
     path
 }
 
-/// The guardian's whole life, reading its socket `socket`, until `_exit`; `announce`: says
-/// that it runs once it is ready (an exec'd guardian; see [`Guardian::ready`]).
+/// The descriptors a guardian starts with (-1: none): its socket, a copy of the wrapper's
+/// stderr, the ticket its releaser needs.
+pub(in crate::sys) struct Fds {
+    pub socket: i32,
+    pub stderr: i32,
+    pub ticket: i32,
+}
+
+/// How long the members of the command's group may take to die after SIGKILL before the
+/// guardian gives up confirming it (a member in uninterruptible sleep), and how often it looks.
+const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
+const CONFIRM_EVERY_NS: i64 = 1_000_000;
+
+/// The guardian's whole life, reading its socket, until `_exit` or the releaser's exec;
+/// `announce`: says that it runs once it is ready (an exec'd guardian; see
+/// [`Guardian::ready`](super::Guardian::ready)).
 ///
 /// # Safety
 /// Only to be called in a process of its own (exec'd or freshly forked) that holds no other
 /// end of the socket pair; it never returns.
-pub(super) unsafe fn guard(socket: i32, wrapper: i32, open_max: i32, announce: bool) -> ! {
+pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announce: bool) -> ! {
     // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
     unsafe {
@@ -65,29 +79,61 @@ pub(super) unsafe fn guard(socket: i32, wrapper: i32, open_max: i32, announce: b
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        // Keep nothing open but the socket (not stdout: a reader waiting for EOF must get it).
-        if socket != 0 && libc::dup2(socket, 0) < 0 {
+        // Keep nothing open but the socket (0), stderr (2) and the ticket (3): not stdout, so
+        // that a reader waiting for its end gets it. Copied high first, so that no move
+        // overwrites another's source.
+        let high = |fd: i32| if fd >= 0 { libc::fcntl(fd, libc::F_DUPFD, 10) } else { -1 };
+        let (socket, stderr, ticket) = (high(fds.socket), high(fds.stderr), high(fds.ticket));
+        if socket < 0 || libc::dup2(socket, 0) < 0 {
             libc::_exit(1);
+        }
+        let stderr = stderr >= 0 && libc::dup2(stderr, 2) == 2;
+        let mut ticket = ticket >= 0 && libc::dup2(ticket, 3) == 3;
+        libc::close(1);
+        for (fd, kept) in [(2, stderr), (3, ticket)] {
+            if !kept {
+                libc::close(fd);
+            }
         }
         // One close_range(2) (Linux 5.9) instead of a close per possible descriptor; where the
         // kernel lacks it, the loop, up to the descriptor limit.
-        if libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32) != 0 {
-            for fd in 1..open_max {
+        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) != 0 {
+            for fd in 4..open_max {
                 libc::close(fd);
             }
         }
         if announce && libc::write(0, [RUNS].as_ptr().cast(), 1) != 1 {
-            // The wrapper is gone already, before its command started.
-            libc::_exit(0);
+            // The wrapper is gone already, before its command started (a waiter, say).
+            wrapper_died(None, wrapper, -1, ticket, stderr);
         }
         // The command, once it has said its pid: its process group and its /proc stat file.
         let mut command: Option<(i32, [u8; 32])> = None;
         let mut watching = false;
+        let mut kill_by = i64::MAX;
+        let mut killed = false;
+        let mut acquired = -1i64;
         loop {
+            let now = super::monotonic_ns();
+            if let Some((pid, _)) = command
+                && !killed
+                && now >= kill_by
+            {
+                // The lease deadline is here and the wrapper has not stopped its command
+                // (stopped itself, say): nothing of it may run once the key can expire.
+                libc::kill(-pid, libc::SIGKILL);
+                killed = true;
+            }
+            let mut wait = if watching { WATCH_EVERY_NS } else { i64::MAX };
+            if command.is_some() && !killed {
+                wait = wait.min(kill_by - now);
+            }
+            let timeout = libc::timespec { tv_sec: wait / 1_000_000_000, tv_nsec: wait % 1_000_000_000 };
             let mut pipe = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
-            let ready = libc::poll(&mut pipe, 1, if watching { WATCH_EVERY_MS } else { -1 });
+            let limit = if wait == i64::MAX { std::ptr::null() } else { &raw const timeout };
+            let ready = libc::ppoll(&mut pipe, 1, limit, std::ptr::null());
             if ready == 0 {
-                if let Some((_, path)) = &command
+                if watching
+                    && let Some((_, path)) = &command
                     && command_runs(path)
                 {
                     libc::kill(wrapper, libc::SIGCONT);
@@ -100,10 +146,16 @@ pub(super) unsafe fn guard(socket: i32, wrapper: i32, open_max: i32, announce: b
                 }
                 libc::_exit(1);
             }
-            let mut message = [0u8; 5];
+            let mut message = [0u8; 9];
             match libc::read(0, message.as_mut_ptr().cast(), 1) {
                 1 if message[0] == WATCH => watching = true,
                 1 if message[0] == UNWATCH => watching = false,
+                1 if message[0] == NO_LOCK => {
+                    if ticket {
+                        libc::close(3);
+                        ticket = false;
+                    }
+                }
                 1 if message[0] == GUARD => {
                     // The pid came in the same write: it is there.
                     if libc::read(0, message[1..].as_mut_ptr().cast(), 4) != 4 {
@@ -112,19 +164,275 @@ pub(super) unsafe fn guard(socket: i32, wrapper: i32, open_max: i32, announce: b
                     let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
                     command = Some((pid, stat_path(pid)));
                 }
-                1 => libc::_exit(0),
-                0 => {
-                    // EOF without goodbye: the wrapper died. Nothing of its command may live on.
-                    if let Some((pid, _)) = command {
-                        libc::kill(-pid, libc::SIGKILL);
+                1 if message[0] == KILL_BY || message[0] == ACQUIRED => {
+                    if libc::read(0, message[1..].as_mut_ptr().cast(), 8) != 8 {
+                        libc::_exit(1);
                     }
-                    libc::_exit(0);
+                    let mut at = [0u8; 8];
+                    at.copy_from_slice(&message[1..]);
+                    let at = i64::from_ne_bytes(at);
+                    if message[0] == KILL_BY { kill_by = at } else { acquired = at }
+                }
+                1 => libc::_exit(0),
+                n if n == 0 || *libc::__errno_location() == libc::ECONNRESET => {
+                    // EOF without goodbye (a reset, if it left the guardian's news unread):
+                    // the wrapper died.
+                    wrapper_died(command.map(|(pid, _)| pid), wrapper, acquired, ticket, stderr);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
                 _ => libc::_exit(1),
             }
         }
     }
+}
+
+/// The wrapper died: nothing of its command may live on, and once nothing can, the lock goes
+/// back at once (the releaser, where there is a ticket).
+///
+/// # Safety
+/// Only plain system calls; in the guardian's own process.
+unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket: bool, stderr: bool) -> ! {
+    // SAFETY (whole block): plain system calls on a process group and descriptors of its own.
+    unsafe {
+        let verdict = match command {
+            Some(pid) => {
+                libc::kill(-pid, libc::SIGKILL);
+                group_dead(pid)
+            }
+            None => Verdict::NothingRan,
+        };
+        let confirmed = matches!(verdict, Verdict::Dead | Verdict::NothingRan);
+        if ticket {
+            libc::close(0);
+            // Returns only if the exec failed.
+            release(wrapper, acquired, verdict);
+            if stderr && confirmed {
+                say(b"redlock-run: the wrapper died; its lock cannot be released early (no /proc/self/exe) and expires by itself\n");
+            }
+        }
+        if stderr && !confirmed {
+            say(b"redlock-run: the wrapper died and its command's processes could not be confirmed dead: its lock was NOT released and expires by itself\n");
+        }
+        libc::_exit(0)
+    }
+}
+
+/// How often a watching guardian looks at the command.
+const WATCH_EVERY_NS: i64 = WATCH_EVERY_MS as i64 * 1_000_000;
+
+/// Writes `line` to stderr (descriptor 2), best effort.
+///
+/// # Safety
+/// A plain system call.
+unsafe fn say(line: &[u8]) {
+    // SAFETY: the buffer outlives the call.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+}
+
+/// Execs the releaser (see [`super::Releaser`]) with the ticket on descriptor 3; returns only
+/// if that fails.
+///
+/// # Safety
+/// Only plain system calls; in the guardian's own process.
+unsafe fn release(wrapper: i32, acquired: i64, verdict: Verdict) {
+    let mut numbers = [[0u8; 24]; 3];
+    let index = Verdict::ALL.iter().position(|&v| v == verdict).unwrap_or(0) as i64;
+    for (buf, n) in numbers.iter_mut().zip([wrapper as i64, acquired, index]) {
+        decimal(n, buf);
+    }
+    let argv = [
+        super::RELEASER_ARGV0.as_ptr(),
+        numbers[0].as_ptr().cast(),
+        numbers[1].as_ptr().cast(),
+        numbers[2].as_ptr().cast(),
+        std::ptr::null(),
+    ];
+    let envp = [std::ptr::null::<libc::c_char>()];
+    // SAFETY: NUL-terminated strings and NULL-terminated arrays that live across the call.
+    unsafe {
+        libc::execve(c"/proc/self/exe".as_ptr(), argv.as_ptr(), envp.as_ptr());
+    }
+}
+
+/// Writes `n` in decimal, NUL-terminated, into `buf`, without allocating.
+fn decimal(n: i64, buf: &mut [u8; 24]) {
+    let mut digits = [0u8; 20];
+    let (mut m, mut len) = (n.unsigned_abs(), 0);
+    loop {
+        digits[len] = b'0' + (m % 10) as u8;
+        len += 1;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    let mut at = 0;
+    if n < 0 {
+        buf[0] = b'-';
+        at = 1;
+    }
+    for i in 0..len {
+        buf[at + i] = digits[len - 1 - i];
+    }
+    buf[at + len] = 0;
+}
+
+/// Whether every process of group `pgid` is dead (gone, or a zombie) after SIGKILL, looking
+/// again until [`CONFIRM_WITHIN_NS`] has passed.
+///
+/// # Safety
+/// Only plain system calls; in the guardian's own process.
+unsafe fn group_dead(pgid: i32) -> Verdict {
+    // SAFETY (whole block): plain system calls on paths, buffers and process ids of its own.
+    unsafe {
+        let until = super::monotonic_ns() + CONFIRM_WITHIN_NS;
+        loop {
+            // No process at all in the group, zombies included: certain without /proc.
+            if libc::kill(-pgid, 0) != 0 && *libc::__errno_location() == libc::ESRCH {
+                return Verdict::Dead;
+            }
+            if !proc_is_ours() {
+                return Verdict::NoProc;
+            }
+            match members(pgid) {
+                Members::None => return Verdict::Dead,
+                Members::Unsignalable => return Verdict::Unsignalable,
+                Members::Unreadable => return Verdict::NoProc,
+                Members::Live => {}
+            }
+            if super::monotonic_ns() >= until {
+                return Verdict::Stuck;
+            }
+            // A member forked as the first SIGKILL went out gets it too.
+            libc::kill(-pgid, libc::SIGKILL);
+            let pause = libc::timespec { tv_sec: 0, tv_nsec: CONFIRM_EVERY_NS };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+    }
+}
+
+/// What `/proc` shows of a process group's members.
+enum Members {
+    /// None alive (zombies are not).
+    None,
+    /// At least one alive, every one of them one the guardian may signal.
+    Live,
+    /// One alive that the guardian may not signal: SIGKILL cannot reach it.
+    Unsignalable,
+    Unreadable,
+}
+
+/// Looks through `/proc` for live members of group `pgid`.
+///
+/// # Safety
+/// Only plain system calls; in the guardian's own process.
+unsafe fn members(pgid: i32) -> Members {
+    // SAFETY (whole block): plain system calls on a directory and buffers of its own;
+    // getdents64 writes at most `buf.len()` bytes of whole records.
+    unsafe {
+        let dir = libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        if dir < 0 {
+            return Members::Unreadable;
+        }
+        #[repr(C, align(8))]
+        struct Buf([u8; 4096]);
+        let mut buf = Buf([0; 4096]);
+        let mut found = Members::None;
+        loop {
+            let n = libc::syscall(libc::SYS_getdents64, dir, buf.0.as_mut_ptr(), buf.0.len());
+            if n < 0 {
+                found = Members::Unreadable;
+                break;
+            }
+            if n == 0 {
+                break;
+            }
+            let mut at = 0usize;
+            while at < n as usize {
+                // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+                let record = &buf.0[at..n as usize];
+                let len = u16::from_ne_bytes([record[16], record[17]]) as usize;
+                if len == 0 {
+                    break;
+                }
+                let name = &record[19..len];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                at += len;
+                let Some(pid) = parse_pid(name) else { continue };
+                let Some((state, group)) = stat_of(&stat_path(pid)) else { continue };
+                if group != pgid || matches!(state, b'Z' | b'X' | b'x') {
+                    continue;
+                }
+                if libc::kill(pid, 0) != 0 && *libc::__errno_location() == libc::EPERM {
+                    libc::close(dir);
+                    return Members::Unsignalable;
+                }
+                found = Members::Live;
+            }
+        }
+        libc::close(dir);
+        found
+    }
+}
+
+/// A decimal process id, or `None` for any other name.
+fn parse_pid(name: &[u8]) -> Option<i32> {
+    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = name.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
+    i32::try_from(n).ok()
+}
+
+/// The state letter and the process group of the process whose stat file is at `path`.
+///
+/// # Safety
+/// Only plain system calls.
+unsafe fn stat_of(path: &[u8; 32]) -> Option<(u8, i32)> {
+    let mut buf = [0u8; 512];
+    // SAFETY: the path is NUL-terminated; the buffer outlives the read.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    parse_stat(&buf[..usize::try_from(n).ok()?])
+}
+
+/// The state and process group from a stat line: `PID (COMM) STATE PPID PGRP …`, where COMM
+/// may hold anything, `)` included.
+fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let mut fields = stat.get(close + 2..)?.split(|&b| b == b' ');
+    let state = *fields.next()?.first()?;
+    let _ppid = fields.next()?;
+    Some((state, parse_pid(fields.next()?)?))
+}
+
+/// Whether `/proc` is this process's own PID namespace's: `/proc/self/stat` names its pid.
+///
+/// # Safety
+/// Only plain system calls.
+unsafe fn proc_is_ours() -> bool {
+    let mut buf = [0u8; 512];
+    // SAFETY: the path is NUL-terminated; the buffer outlives the read.
+    let n = unsafe {
+        let fd = libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let Ok(n) = usize::try_from(n) else { return false };
+    let first = buf[..n].split(|&b| b == b' ').next().unwrap_or_default();
+    // SAFETY: getpid cannot fail.
+    parse_pid(first) == Some(unsafe { libc::getpid() })
 }
 
 /// Whether the command (its /proc stat file at `stat_path`, NUL-terminated) is alive, not
@@ -160,6 +468,24 @@ unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod guardian_tests {
     use super::stat_path;
+
+    #[test]
+    fn stat_lines_give_their_state_and_group_whatever_the_name() {
+        assert_eq!(super::parse_stat(b"12 (sh) S 1 12 12 0"), Some((b'S', 12)));
+        assert_eq!(super::parse_stat(b"12 (a) b) Z 1 345 12 0"), Some((b'Z', 345)));
+        assert_eq!(super::parse_stat(b"12 (sh"), None);
+        assert_eq!(super::parse_stat(b"12 (sh) R 1 x"), None);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal_without_allocating() {
+        for n in [0, 7, -1, 1234567890123, i64::MIN, i64::MAX] {
+            let mut buf = [0u8; 24];
+            super::decimal(n, &mut buf);
+            let end = buf.iter().position(|&b| b == 0).unwrap();
+            assert_eq!(std::str::from_utf8(&buf[..end]).unwrap(), n.to_string());
+        }
+    }
 
     #[test]
     fn stat_paths_are_written_whole_and_nul_terminated() {

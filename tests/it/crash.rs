@@ -1,0 +1,190 @@
+//! A wrapper that dies (SIGKILL, the OOM killer) or cannot act (stopped alone): its guardian
+//! kills the command's group, gives the lock back once nothing of it can run, and never lets
+//! the command outlive the lease (README § What if the wrapper is killed).
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// Far below any TTL used here (30 s): a key gone within this was released, not expired.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+/// A wrapper with `flags` around a command that records its pid and keeps a background job in
+/// its group; returns it, stderr piped, once the command runs with its job.
+fn wrapper_with_job(redis: &RedisServer, flags: &[&str], dir: &tempfile::TempDir) -> (Child, i32) {
+    let pidfile = file(dir, "pid");
+    let wrapper = redlock(redis)
+        .args(flags)
+        .args(["--", "sh", "-c", "echo $$ > \"$PIDFILE\"; sleep 100 & exec sleep 100"])
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || group_members(pid).len() == 2),
+        "the command and its job run"
+    );
+    (wrapper, pid)
+}
+
+#[test]
+fn a_killed_wrapper_frees_its_lock_at_once_whatever_its_kind() {
+    let redis = RedisServer::start();
+    for flags in [
+        &["-k", "lock:crash"][..],
+        &["-k", "lock:crash", "--shared"],
+        &["-k", "lock:crash", "--limit", "2"],
+        &["-k", "lock:crash", "-k", "lock:crash-too"],
+    ] {
+        let dir = tmp();
+        let (mut wrapper, pid) = wrapper_with_job(&redis, flags, &dir);
+        assert!(redis.exists(b"lock:crash"), "{flags:?}: held");
+        wrapper.kill().unwrap();
+        wrapper.wait().unwrap();
+        let killed = Instant::now();
+        assert!(
+            wait_until(AT_ONCE, || group_members(pid).is_empty()
+                && !redis.exists(b"lock:crash")
+                && !redis.exists(b"lock:crash-too")),
+            "{flags:?}: the group ({:?}) and the lock are gone at once",
+            group_members(pid)
+        );
+        let took = killed.elapsed();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(wrapper.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(stderr.contains("died; its command's processes were killed"), "{flags:?}: {stderr}");
+        eprintln!("{flags:?}: free {took:?} after the wrapper's SIGKILL");
+        let next = run(redlock(&redis).args(flags).args(["--", "true"]), LIMIT);
+        assert_eq!(next.code, 0, "{flags:?}: {}", next.stderr);
+    }
+}
+
+#[test]
+fn a_killed_redlock_wrapper_frees_its_lock_on_every_node() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let mut cmd = wrapper();
+    for node in &nodes {
+        cmd.arg("--redis-url").arg(node.url());
+    }
+    let mut wrapper = cmd
+        .args(["-k", "lock:crash-quorum", "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    assert!(nodes.iter().all(|n| n.exists(b"lock:crash-quorum")));
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    assert!(
+        wait_until(AT_ONCE, || !process_alive(pid) && nodes.iter().all(|n| !n.exists(b"lock:crash-quorum"))),
+        "released on every node"
+    );
+}
+
+/// The guardian's release is a compare-and-delete: a lock that is no longer the dead run's
+/// stays whoever's it is.
+#[test]
+fn a_killed_wrappers_guardian_never_releases_another_runs_lock() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (mut wrapper, pid) = wrapper_with_job(&redis, &["-k", "lock:crash-other"], &dir);
+    redis.cmd::<()>(&[b"SET", b"lock:crash-other", b"someone else's"]);
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    assert!(wait_until(AT_ONCE, || group_members(pid).is_empty()));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(wrapper.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("no longer this run's"), "{stderr}");
+    assert_eq!(redis.get(b"lock:crash-other").as_deref(), Some(&b"someone else's"[..]));
+}
+
+/// A waiter killed in the queue gives its place back at once, not when its entry lapses.
+#[test]
+fn a_waiter_killed_while_queued_leaves_the_queue_at_once() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let holder = hold_until(&redis, ["-k", "lock:crash-queue"], &go);
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:crash-queue")));
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:crash-queue", "--wait", "30s", "--", "true"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let queued = || redis.cmd::<i64>(&[b"ZCARD", b"{lock:crash-queue}:queue"]);
+    assert!(wait_until(Duration::from_secs(5), || queued() == 1), "the waiter queued");
+    // Waiting: its guardian runs (started once the first answer was "busy").
+    let guardian = format!("redlock-run: guardian\0{}\0", waiter.id());
+    assert!(wait_until(Duration::from_secs(5), || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c.starts_with(guardian.as_bytes()))
+        })
+    }));
+    waiter.kill().unwrap();
+    waiter.wait().unwrap();
+    // An entry left behind would lapse after 2 s.
+    assert!(wait_until(Duration::from_millis(1000), || queued() == 0), "the queue is empty at once");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(waiter.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("died before its command started; its place in the queue was given back"),
+        "{stderr}"
+    );
+    assert!(redis.exists(b"lock:crash-queue"), "the holder's lock is untouched");
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0));
+}
+
+/// The wrapper alone stopped (SIGSTOP to its pid, not to the command's group) cannot renew:
+/// its guardian stops the command before the lease could expire, so that a second run that
+/// takes the lock then never runs beside it.
+#[test]
+fn a_wrapper_stopped_alone_cannot_outlive_its_lease() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let log = file(&dir, "log");
+    let ticks = "while :; do date +%s%N >> \"$LOG\"; sleep 0.02; done";
+    let mut first = redlock(&redis)
+        .args(["-k", "lock:stopped-alone", "--ttl", "2s", "--", "sh", "-c", ticks])
+        .env("LOG", &log)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || std::fs::metadata(&log).is_ok_and(|m| m.len() > 0)));
+    let wrapper = Pid::from_raw(first.id() as i32);
+    kill(wrapper, Signal::SIGSTOP).unwrap();
+    let second = run(
+        redlock(&redis).args([
+            "-k",
+            "lock:stopped-alone",
+            "--ttl",
+            "2s",
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            "date +%s%N; sleep 1",
+        ]),
+        LIMIT,
+    );
+    kill(wrapper, Signal::SIGCONT).unwrap();
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    let started: u128 = String::from_utf8_lossy(&second.stdout).trim().parse().unwrap();
+    let last_tick: u128 =
+        std::fs::read_to_string(&log).unwrap().lines().filter_map(|l| l.parse().ok()).max().unwrap();
+    assert!(
+        last_tick < started,
+        "the first command ticked {} ms after the second started",
+        (last_tick - started) / 1_000_000
+    );
+    assert_eq!(wait_bounded(&mut first, LIMIT).code(), Some(125));
+}
