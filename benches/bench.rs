@@ -19,6 +19,7 @@
 mod support;
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,6 +65,9 @@ fn main() {
     }
     if wanted("handoff") {
         handoff(std::slice::from_ref(&url), &quorum, &dir, runs, &mut out);
+    }
+    if wanted("crash") {
+        crash(&url, &quorum, &dir, runs.min(50), &mut out);
     }
     if wanted("requests") {
         redis_cost(&redis, &mut out);
@@ -558,6 +562,73 @@ fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: 
          |---|---|---|---|---|---|---|\n{rows}\n\
          The `flock` row is the same handoff between two `flock FILE` runs on one host. For reference, spawning the same command directly until it writes its timestamp takes {spawn_p50:.2} ms \
          (median) on this machine; the lock's own share of the handoff is the difference.\n\n"
+    ));
+}
+
+/// From SIGKILL of a holding wrapper (its command `sleep` running) to a waiting run's command
+/// writing its first timestamp: the guardian kills the group, confirms it dead and releases,
+/// and the release hands the lock to the waiter. Beside it, `flock FILE sleep` with its whole
+/// group killed (flock's lock lives as long as any process holding the file).
+fn crash_once(holder: &mut Command, waiter: &mut Command, start: &Path, group: bool) -> f64 {
+    let _ = std::fs::remove_file(start);
+    let mut holder = holder.process_group(0).stderr(Stdio::null()).spawn().expect("holder");
+    std::thread::sleep(Duration::from_millis(60));
+    let mut waiter = waiter.spawn().expect("waiter");
+    std::thread::sleep(Duration::from_millis(60));
+    let pid = holder.id() as i32;
+    let killed = now_ns();
+    let target = if group { -pid } else { pid };
+    // SAFETY: kill(2) of a process (group) this benchmark started.
+    unsafe { libc::kill(target, libc::SIGKILL) };
+    let _ = holder.wait();
+    assert!(wait_bounded(&mut waiter, Duration::from_secs(40)).success());
+    if !group {
+        // What the guardian left of the group (nothing, if it did its job).
+        // SAFETY: as above.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    (read_stamp(start) - killed as i128) as f64 / 1e6
+}
+
+fn crash(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
+    let start = dir.path().join("start");
+    let lock = dir.path().join("flock-crash");
+    let mut rows = String::new();
+    let mut cases: Vec<(&str, Vec<String>)> = vec![("redlock-run, one Redis", vec![url.to_owned()])];
+    cases.push(("redlock-run, Redlock, 3 nodes", quorum.to_vec()));
+    for (label, urls) in &cases {
+        let mut took = Vec::new();
+        for _ in 0..runs {
+            let mut holder = Command::new(BIN);
+            holder.args(url_args(urls)).args(["--key", "bench:crash", "--", "sleep", "100"]);
+            let mut waiter = Command::new(BIN);
+            waiter
+                .args(url_args(urls))
+                .args(["--key", "bench:crash", "--wait", "60s", "--"])
+                .args(stamp_cmd(&start, None));
+            took.push(crash_once(&mut holder, &mut waiter, &start, false));
+        }
+        let (p50, p95, p99) = summary(took);
+        rows.push_str(&format!(
+            "| {label}: SIGKILL of the wrapper | {runs} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms |\n"
+        ));
+    }
+    let mut took = Vec::new();
+    for _ in 0..runs {
+        let mut holder = Command::new("flock");
+        holder.arg(&lock).args(["sleep", "100"]);
+        let mut waiter = Command::new("flock");
+        waiter.arg(&lock).args(stamp_cmd(&start, None));
+        took.push(crash_once(&mut holder, &mut waiter, &start, true));
+    }
+    let (p50, p95, p99) = summary(took);
+    rows.push_str(&format!(
+        "| `flock FILE sleep`: SIGKILL of its group | {runs} | {p50:.2} ms | {p95:.2} ms | {p99:.2} ms |\n"
+    ));
+    out.push_str(&format!(
+        "## After a crash\n\nFrom SIGKILL of the holder to a waiting run's command writing its first timestamp \
+         (default `--ttl 30s`: without the guardian's release the waiter would wait out the lease).\n\n\
+         | holder | crashes | median | p95 | p99 |\n|---|---|---|---|---|\n{rows}\n"
     ));
 }
 

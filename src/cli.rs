@@ -63,7 +63,8 @@ pub struct Cli {
 
     /// Lease length: how long the lock lives unrenewed
     ///
-    /// The lock is renewed every --renew-every while the command runs; if the wrapper dies, the
+    /// The lock is renewed every --renew-every while the command runs; if the wrapper dies, its
+    /// guardian releases the lock once the command's processes are dead, and failing that the
     /// lock expires this long after its last renewal.
     #[arg(
         short,
