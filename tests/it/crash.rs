@@ -35,16 +35,18 @@ fn wrapper_with_job(redis: &RedisServer, flags: &[&str], dir: &tempfile::TempDir
 #[test]
 fn a_killed_wrapper_frees_its_lock_at_once_whatever_its_kind() {
     let redis = RedisServer::start();
-    for flags in [
-        &["-k", "lock:crash"][..],
-        &["-k", "lock:crash", "--shared"],
-        &["-k", "lock:crash", "--limit", "2"],
-        &["-k", "lock:crash", "-k", "lock:crash-too"],
+    // SIGABRT: how the release build ends on a panic (`panic = "abort"`).
+    for (flags, signal) in [
+        (&["-k", "lock:crash"][..], Signal::SIGKILL),
+        (&["-k", "lock:crash", "--shared"], Signal::SIGKILL),
+        (&["-k", "lock:crash", "--limit", "2"], Signal::SIGKILL),
+        (&["-k", "lock:crash", "-k", "lock:crash-too"], Signal::SIGKILL),
+        (&["-k", "lock:crash"], Signal::SIGABRT),
     ] {
         let dir = tmp();
         let (mut wrapper, pid) = wrapper_with_job(&redis, flags, &dir);
         assert!(redis.exists(b"lock:crash"), "{flags:?}: held");
-        wrapper.kill().unwrap();
+        kill(Pid::from_raw(wrapper.id() as i32), signal).unwrap();
         wrapper.wait().unwrap();
         let killed = Instant::now();
         assert!(

@@ -868,3 +868,39 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
         std::fs::remove_file(&go).unwrap();
     }
 }
+
+/// A killed wrapper's guardian gives its lock back through Sentinel and in a Cluster as on one
+/// Redis: it reaches the same master the run did.
+#[test]
+fn a_killed_wrappers_lock_is_released_via_sentinel_and_in_a_cluster() {
+    let master = RedisServer::start();
+    let sentinel = Sentinel::start(master.port);
+    let cluster = Cluster::start();
+    let key = "lock:crash-topology";
+    let via_sentinel = vec![
+        "--sentinel".to_owned(),
+        format!("127.0.0.1:{}", sentinel.port),
+        "--sentinel-master".into(),
+        "main".into(),
+    ];
+    let in_cluster = vec!["--cluster".to_owned(), "--redis-url".into(), cluster.seed()];
+    for (args, holder) in [(via_sentinel, &master), (in_cluster, cluster.node_for(key.as_bytes()))] {
+        let dir = tmp();
+        let pidfile = file(&dir, "pid");
+        let mut wrapper = wrapper()
+            .args(&args)
+            .args(["-k", key, "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
+            .env("PIDFILE", &pidfile)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+        assert!(holder.exists(key.as_bytes()), "{args:?}: held");
+        wrapper.kill().unwrap();
+        wrapper.wait().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(2), || !process_alive(pid) && !holder.exists(key.as_bytes())),
+            "{args:?}: released at once (TTL 30 s)"
+        );
+    }
+}
