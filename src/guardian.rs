@@ -28,6 +28,8 @@ pub struct Guard {
     /// What every guardian is told, a replacement too.
     acquired: Option<i64>,
     kill_by: Option<i64>,
+    /// The lease deadline `kill_by` was worked out from.
+    deadline: Option<Instant>,
     command: Option<nix::unistd::Pid>,
     no_lock: bool,
 }
@@ -42,7 +44,15 @@ impl Guard {
                 )
             })
             .ok();
-        Guard { guardian: None, ticket, acquired: None, kill_by: None, command: None, no_lock: false }
+        Guard {
+            guardian: None,
+            ticket,
+            acquired: None,
+            kill_by: None,
+            deadline: None,
+            command: None,
+            no_lock: false,
+        }
     }
 
     /// Execs the guardian now, if none runs: it starts on another CPU while the run goes on.
@@ -165,12 +175,14 @@ impl Guard {
     /// `--on-lost ignore`): the guardian kills the command's group [`GUARDIAN_KILL_AHEAD`]
     /// before it unless told a later one first.
     pub fn lease_ends(&mut self, deadline: Option<Instant>) {
+        if deadline == self.deadline {
+            return;
+        }
+        self.deadline = deadline;
         let at = deadline.map(|d| monotonic(d.checked_sub(GUARDIAN_KILL_AHEAD).unwrap_or(d)));
-        if at != self.kill_by {
-            self.kill_by = at;
-            if let Some(g) = &self.guardian {
-                g.kill_by(at);
-            }
+        self.kill_by = at;
+        if let Some(g) = &self.guardian {
+            g.kill_by(at);
         }
     }
 
@@ -214,6 +226,7 @@ impl Guard {
             ticket: None,
             acquired: None,
             kill_by: None,
+            deadline: None,
             command: None,
             no_lock: false,
         }
