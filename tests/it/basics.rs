@@ -346,8 +346,9 @@ fn the_key_is_used_verbatim_as_bytes() {
         redlock(&redis)
             .arg("--key")
             .arg(key)
-            .args(["--", "sh", "-c", "redis-cli -p \"$PORT\" --no-raw exists \"$REDLOCK_LOCK_KEY\""])
-            .env("PORT", redis.port.to_string()),
+            .args(["--", "sh", "-c", "\"$CLI\" -p \"$PORT\" --no-raw exists \"$REDLOCK_LOCK_KEY\""])
+            .env("PORT", redis.port.to_string())
+            .env("CLI", cli_binary()),
         LIMIT,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -410,7 +410,7 @@ impl Cluster {
             })
             .collect();
         let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        let out = Command::new("redis-cli")
+        let out = Command::new(cli_binary())
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])

@@ -19,6 +19,28 @@ use tempfile::TempDir;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_redlock-run");
 
+/// The server the tests start: `REDLOCK_TEST_SERVER` (a `valkey-server`, say), else
+/// `redis-server` from PATH.
+pub fn server_binary() -> String {
+    std::env::var("REDLOCK_TEST_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// Its command-line client: `REDLOCK_TEST_CLI`, else the `-cli` beside a `-server` given, else
+/// `redis-cli` from PATH.
+pub fn cli_binary() -> String {
+    if let Some(cli) = std::env::var("REDLOCK_TEST_CLI").ok().filter(|s| !s.is_empty()) {
+        return cli;
+    }
+    let server = server_binary();
+    match server.strip_suffix("-server").map(|stem| format!("{stem}-cli")) {
+        Some(cli) if server.contains('/') && Path::new(&cli).exists() => cli,
+        _ => "redis-cli".into(),
+    }
+}
+
 /// A `redis-server` owned by one test: its own port, temp dir and log, no persistence.
 /// Killed on drop; if the test is failing, its log is printed.
 pub struct RedisServer {
@@ -69,7 +91,9 @@ impl RedisServer {
                 let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
                 let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse::<u64>().ok()?;
                 // What the tests and the benchmark ask to watch the wrapper is not the wrapper's.
-                let observer = ["info", "exists", "zcard", "pubsub|numsub", "pubsub|channels"];
+                // (Valkey also counts the test client's own CLIENT SETINFO on connecting.)
+                let observer =
+                    ["info", "exists", "zcard", "pubsub|numsub", "pubsub|channels", "client|setinfo"];
                 (!SCRIPT_ONLY.contains(&name) && !observer.contains(&name)).then_some(calls)
             })
             .sum()
@@ -109,7 +133,7 @@ impl RedisServer {
     /// Starts the process on `self.port` and waits (bounded) until `ready(port)`.
     fn launch_until(&mut self, ready: fn(u16) -> bool) -> bool {
         let log = self.dir.path().join("redis.log");
-        let child = Command::new("redis-server")
+        let child = Command::new(server_binary())
             .args([
                 "--port",
                 &self.port.to_string(),

@@ -84,7 +84,7 @@ impl Sentinel {
             ),
         )
         .unwrap();
-        let process = Command::new("redis-server")
+        let process = Command::new(super::server_binary())
             .arg(&conf)
             .args(["--sentinel", "--logfile"])
             .arg(dir.path().join("sentinel.log"))
