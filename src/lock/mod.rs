@@ -833,7 +833,11 @@ fn position(reply: Option<&Value>) -> Option<u64> {
 fn fence_fault(keys: &Keys, error: &str) -> Fault {
     let fence = show_key(&keys.fence);
     let code = error.split_whitespace().next().unwrap_or_default();
-    if error.starts_with("NOPERM") || error.contains("can't run this command") {
+    // Valkey words a script's ACL refusal "ERR ACL failure in script: … no permissions to run …".
+    if error.starts_with("NOPERM")
+        || error.contains("can't run this command")
+        || error.contains("no permissions to run")
+    {
         Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
     } else if fault::is_transient(code) {
         Fault::Transient(format!("bumping the fence counter {fence}: {error}"))
