@@ -2,9 +2,6 @@
 
 use nix::libc;
 
-/// Whether this processor has a [`bare_syscall`].
-pub(super) const BARE_SYSCALLS: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
-
 /// A system call with up to three arguments, bare: unlike the C library's wrappers it writes
 /// no `errno`, which in a process that shares the wrapper's memory is the wrapper's own (the
 /// same thread-local storage), and the wrapper may be about to read it. Returns what the
@@ -54,11 +51,10 @@ pub(super) unsafe fn bare_syscall(number: libc::c_long, a: usize, b: usize, c: u
     result
 }
 
-/// Never called: [`BARE_SYSCALLS`] is false here.
-///
-/// # Safety
-/// None needed.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(super) unsafe fn bare_syscall(_: libc::c_long, _: usize, _: usize, _: usize) -> isize {
-    -(libc::ENOSYS as isize)
-}
+// Only what is built and run is offered: the spawn, the guardian's start and its raw system
+// calls are tested on these two (aarch64 under qemu, `.ci/package`).
+#[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+compile_error!(
+    "redlock-run is built and tested for Linux on x86-64 and aarch64 only: its spawn and guardian \
+     make raw system calls (src/sys/arch.rs) that no other target has been tested with"
+);

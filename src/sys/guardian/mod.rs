@@ -26,7 +26,7 @@ use std::os::fd::{BorrowedFd, FromRawFd};
 use nix::libc;
 use nix::unistd::Pid;
 
-use super::arch::{BARE_SYSCALLS, bare_syscall};
+use super::arch::bare_syscall;
 use super::clone::{CloneStack, clone_blocked};
 use super::limits::open_max;
 use process::{Fds, guard};
@@ -47,9 +47,8 @@ const GUARDIAN_STACK: usize = 64 * 1024;
 /// and start-up then happen on another CPU while the run takes the lock, and the wrapper pays a
 /// clone, not a fork (whose shared pages fault on the wrapper's next writes; BENCHMARKS.md).
 /// It must not share the wrapper's memory once it runs: the OOM killer kills every process sharing the
-/// memory of the one it picks. Where it cannot be exec'd (no /proc, a security policy, a
-/// processor this file has no bare `execve` for), it is forked instead, right before the
-/// command (a fork costs more the earlier it is made).
+/// memory of the one it picks. Where it cannot be exec'd (no /proc, a security policy), it is
+/// forked instead, right before the command (a fork costs more the earlier it is made).
 pub struct Guardian {
     /// Our end of the socket pair: closed by the kernel when the wrapper dies.
     socket: std::os::fd::OwnedFd,
@@ -102,9 +101,6 @@ impl Guardian {
     /// also keeps a copy of the wrapper's stderr to say what it did there.
     pub fn exec(ticket: Option<BorrowedFd<'_>>) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
-        if !BARE_SYSCALLS {
-            return Err(io::Error::from(io::ErrorKind::Unsupported));
-        }
         let (socket, theirs) = socket_pair()?;
         // Theirs survives the exec (the guardian moves it to stdin); ours and every other
         // descriptor of the wrapper's do not.
