@@ -18,9 +18,11 @@ fn main() {
     } else {
         packaged_commit()
     };
+    // The target, so that a copied binary says what it was built for (x86-64 or aarch64).
+    let target = std::env::var("TARGET").unwrap_or_default();
     let build = match commit {
-        Some(commit) => format!(" (commit {commit}; TLS: rustls with ring)"),
-        None => " (TLS: rustls with ring)".to_owned(),
+        Some(commit) => format!(" (commit {commit}; {target}; TLS: rustls with ring)"),
+        None => format!(" ({target}; TLS: rustls with ring)"),
     };
     println!("cargo:rustc-env=REDLOCK_RUN_BUILD={build}");
     // A new commit changes the version line: watch HEAD and the branch it points to (outside a

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds the static release binary (x86_64-unknown-linux-musl), checks that it links nothing,
-# and writes it with its SHA-256 into one folder:
+# Builds the static release binary for x86-64 (the default) or aarch64, checks that it links
+# nothing, and writes it with its SHA-256 into one folder:
 #
-#   contrib/build-static.sh [OUT]          # OUT defaults to dist/
-#   → OUT/redlock-run-VERSION-x86_64-linux-musl
-#     OUT/redlock-run-VERSION-x86_64-linux-musl.sha256   (check with `sha256sum -c`)
+#   contrib/build-static.sh [x86_64|aarch64] [OUT]   # OUT defaults to dist/
+#   → OUT/redlock-run-VERSION-ARCH-linux-musl
+#     OUT/redlock-run-VERSION-ARCH-linux-musl.sha256   (check with `sha256sum -c`)
 #
-# Needs the musl target and musl-gcc (ring, the TLS library's crypto, has C code):
-#   rustup target add x86_64-unknown-linux-musl && apt-get install musl-tools
+# Needs the musl target and a C compiler for it (ring, the TLS library's crypto, has C code):
+#   x86_64:  rustup target add x86_64-unknown-linux-musl && apt-get install musl-tools
+#   aarch64: rustup target add aarch64-unknown-linux-musl && cargo install cargo-zigbuild &&
+#            pip install ziglang   (and qemu-user-static to check that it runs)
 #
 # Reproducible: the same commit and toolchain give the same bytes wherever the checkout and
 # the cargo home are (their paths are remapped), on any day (nothing records the build time).
@@ -16,16 +18,27 @@
 # would not be what was built): commit them, or set ALLOW_DIRTY=1 for a build of your own.
 set -euo pipefail
 # OUT is taken from where the script is run; the build, from the checkout.
+arch=x86_64
+case "${1:-}" in x86_64 | aarch64) arch=$1; shift ;; esac
 out=$(realpath -m "${1:-dist}")
 cd "$(dirname "$0")/.."
-target=x86_64-unknown-linux-musl
+target=$arch-unknown-linux-musl
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
-name=redlock-run-$version-x86_64-linux-musl
+name=redlock-run-$version-$arch-linux-musl
 
 fail() { echo "build-static: $*" >&2; exit 1; }
 rustup target list --installed 2>/dev/null | grep -qx "$target" ||
   fail "the $target target is missing: rustup target add $target"
-command -v musl-gcc >/dev/null || fail "musl-gcc is missing: apt-get install musl-tools"
+if [ "$arch" = x86_64 ]; then
+  command -v musl-gcc >/dev/null || fail "musl-gcc is missing: apt-get install musl-tools"
+  build=(cargo build)
+  run=()
+else
+  command -v cargo-zigbuild >/dev/null || fail "cargo-zigbuild is missing: cargo install cargo-zigbuild"
+  command -v qemu-aarch64-static >/dev/null || fail "qemu-aarch64-static is missing: apt-get install qemu-user-static"
+  build=(cargo zigbuild)
+  run=(qemu-aarch64-static)
+fi
 command -v readelf >/dev/null || fail "readelf is missing: apt-get install binutils"
 if [ -e .git ] && [ "${ALLOW_DIRTY:-}" != 1 ] && [ -n "$(git status --porcelain --untracked-files=no)" ]; then
   fail "uncommitted changes (git status): commit them, or set ALLOW_DIRTY=1"
@@ -38,9 +51,11 @@ remap="--remap-path-prefix=$PWD=/build/redlock-run --remap-path-prefix=$cargo_ho
 if [ -n "${RUSTFLAGS+set}" ]; then
   export RUSTFLAGS="$RUSTFLAGS $remap"
 else
-  export CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS="$remap ${CARGO_TARGET_X86_64_UNKNOWN_LINUX_MUSL_RUSTFLAGS:-}"
+  var=CARGO_TARGET_${target^^}_RUSTFLAGS
+  var=${var//-/_}
+  export "$var=$remap ${!var:-}"
 fi
-cargo build --release --locked --target "$target"
+"${build[@]}" --release --locked --target "$target"
 # Wherever cargo puts it (CARGO_TARGET_DIR, build.target-dir).
 target_dir=$(cargo metadata --locked --format-version 1 --no-deps |
   sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
@@ -52,7 +67,7 @@ dynamic=$(readelf -dW "$bin") || fail "readelf -d $bin failed"
 if grep -q 'INTERP' <<< "$headers" || grep -q '(NEEDED)' <<< "$dynamic"; then
   fail "$bin is not statically linked"
 fi
-"$bin" --version >/dev/null || fail "$bin does not run"
+"${run[@]}" "$bin" --version >/dev/null || fail "$bin does not run"
 
 mkdir -p "$out"
 cp "$bin" "$out/$name"

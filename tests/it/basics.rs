@@ -627,14 +627,16 @@ fn usage_errors_have_the_tools_style_and_useful_tips() {
     }
 }
 
-/// `--version` names the commit it was built from (in a git checkout) and the TLS backend.
+/// `--version` names the commit it was built from (in a git checkout), the target and the TLS
+/// backend.
 #[test]
-fn version_names_the_commit_and_the_tls_backend() {
+fn version_names_the_commit_the_target_and_the_tls_backend() {
     let r = run(wrapper().arg("--version"), LIMIT);
     assert_eq!(r.code, 0);
     let out = String::from_utf8_lossy(&r.stdout);
     assert!(out.starts_with(&format!("redlock-run {}", env!("CARGO_PKG_VERSION"))), "{out}");
     assert!(out.contains("TLS: rustls"), "{out}");
+    assert!(out.contains(&format!("{}-unknown-linux-", std::env::consts::ARCH)), "{out}");
     if std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.git")).exists() {
         assert!(out.contains("(commit "), "{out}");
     }
