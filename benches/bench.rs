@@ -24,7 +24,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::{BIN, RedisServer, free_port, tmp, wait_bounded, wait_until};
+use support::{RedisServer, bin, free_port, tmp, wait_bounded, wait_until};
 
 fn main() {
     // The benchmark doubles as the command under test: `bench stamp FILE [SLEEP_MS]` writes the
@@ -110,8 +110,8 @@ fn machine() -> String {
         "- date: {date}\n- machine: {cpu}, {cores} cores, {kernel}\n- redis: {}\n- redlock-run: {} ({} bytes)\n\
          - redlock-run, static build: {static_build}",
         redis.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-        BIN,
-        size(BIN)
+        bin(),
+        size(bin())
     )
 }
 
@@ -214,7 +214,7 @@ fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, 
                 c
             }),
         ),
-        ("redlock-run --key k -- true", redlock(BIN.to_owned())),
+        ("redlock-run --key k -- true", redlock(bin().to_owned())),
     ];
     if let Some(path) = static_bin() {
         variants.push(("redlock-run --key k -- true (static build)", redlock(path)));
@@ -222,7 +222,7 @@ fn overhead(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, 
     variants.push((
         "redlock-run (Redlock, 3 nodes) -- true",
         Box::new(move || {
-            let mut c = Command::new(BIN);
+            let mut c = Command::new(bin());
             c.args(url_args(quorum)).args(["--key", "bench:overhead", "--", "true"]);
             c
         }),
@@ -346,7 +346,7 @@ fn breakdown(redis: &RedisServer, dir: &tempfile::TempDir, runs: usize, out: &mu
     });
     let stamp = dir.path().join("phase");
     let lockfile = dir.path().join("flock-phases");
-    let mut tools: Vec<(String, String)> = vec![("redlock-run".into(), BIN.into())];
+    let mut tools: Vec<(String, String)> = vec![("redlock-run".into(), bin().into())];
     if let Some(path) = static_bin() {
         tools.push(("redlock-run, static build".into(), path));
     }
@@ -514,11 +514,11 @@ fn flock_handoff_once(dir: &tempfile::TempDir) -> f64 {
 /// round's difference to the `flock` handoff of the same round.
 fn handoff(single: &[String], quorum: &[String], dir: &tempfile::TempDir, runs: usize, out: &mut String) {
     let static_build = static_bin();
-    let mut cases: Vec<(&str, &[String], &str)> = vec![("one Redis", single, BIN)];
+    let mut cases: Vec<(&str, &[String], &str)> = vec![("one Redis", single, bin())];
     if let Some(path) = &static_build {
         cases.push(("one Redis, static build", single, path));
     }
-    cases.push(("Redlock, 3 nodes", quorum, BIN));
+    cases.push(("Redlock, 3 nodes", quorum, bin()));
     let mut gaps: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut flock = Vec::new();
     for _ in 0..runs {
@@ -599,9 +599,9 @@ fn crash(url: &str, quorum: &[String], dir: &tempfile::TempDir, runs: usize, out
     for (label, urls) in &cases {
         let mut took = Vec::new();
         for _ in 0..runs {
-            let mut holder = Command::new(BIN);
+            let mut holder = Command::new(bin());
             holder.args(url_args(urls)).args(["--key", "bench:crash", "--", "sleep", "100"]);
-            let mut waiter = Command::new(BIN);
+            let mut waiter = Command::new(bin());
             waiter
                 .args(url_args(urls))
                 .args(["--key", "bench:crash", "--wait", "60s", "--"])
@@ -636,11 +636,11 @@ fn redis_cost(redis: &RedisServer, out: &mut String) {
     out.push_str("## Redis requests\n\nRequests sent by clients (scripts count once), from `INFO commandstats` deltas.\n\n| scenario | requests | per run |\n|---|---|---|\n");
     let url = redis.url();
     // Load the scripts once, as any long-lived Redis would have them.
-    time_once(Command::new(BIN).args(["--redis-url", &url, "--key", "bench:cost", "--", "true"]));
+    time_once(Command::new(bin()).args(["--redis-url", &url, "--key", "bench:cost", "--", "true"]));
     let before = redis.client_requests();
     let n = 20;
     for _ in 0..n {
-        time_once(Command::new(BIN).args(["--redis-url", &url, "--key", "bench:cost", "--", "true"]));
+        time_once(Command::new(bin()).args(["--redis-url", &url, "--key", "bench:cost", "--", "true"]));
     }
     let used = redis.client_requests() - before;
     out.push_str(&format!(
@@ -648,7 +648,7 @@ fn redis_cost(redis: &RedisServer, out: &mut String) {
         used as f64 / n as f64
     ));
     let before = redis.client_requests();
-    time_once(Command::new(BIN).args([
+    time_once(Command::new(bin()).args([
         "--redis-url",
         &url,
         "--key",
@@ -664,14 +664,14 @@ fn redis_cost(redis: &RedisServer, out: &mut String) {
 
     for waiters in [1usize, 10, 50] {
         let before = redis.client_requests();
-        let mut holder = Command::new(BIN)
+        let mut holder = Command::new(bin())
             .args(["--redis-url", &url, "--key", "bench:herd", "--", "sleep", "0.5"])
             .spawn()
             .expect("holder");
         assert!(wait_until(Duration::from_secs(5), || redis.exists(b"bench:herd")));
         let children: Vec<_> = (0..waiters)
             .map(|_| {
-                Command::new(BIN)
+                Command::new(bin())
                     .args(["--redis-url", &url, "--key", "bench:herd", "--wait", "60s", "--", "true"])
                     .spawn()
                     .expect("waiter")
@@ -694,7 +694,7 @@ fn redis_cost(redis: &RedisServer, out: &mut String) {
 }
 
 fn memory(url: &str, out: &mut String) {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(bin())
         .args(["--redis-url", url, "--key", "bench:rss", "--", "sleep", "1"])
         .spawn()
         .expect("spawn");
@@ -722,7 +722,7 @@ fn throughput(url: &str, out: &mut String) {
             let url = url.to_owned();
             std::thread::spawn(move || {
                 for _ in 0..each {
-                    time_once(Command::new(BIN).args([
+                    time_once(Command::new(bin()).args([
                         "--redis-url",
                         &url,
                         "--key",
@@ -774,7 +774,7 @@ fn scaling(dir: &tempfile::TempDir, out: &mut String) {
     let mut rows = String::new();
     for &n in &sizes {
         let mut tools: Vec<(String, Box<dyn Fn() -> Drained>)> = Vec::new();
-        tools.push(("redlock-run (this build)".into(), Box::new(move || drain_redlock(BIN, n))));
+        tools.push(("redlock-run (this build)".into(), Box::new(move || drain_redlock(bin(), n))));
         if let Some(b) = baseline.clone() {
             tools.push(("redlock-run (baseline)".into(), Box::new(move || drain_redlock(&b, n))));
         }

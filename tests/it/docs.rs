@@ -46,7 +46,7 @@ fn every_recipe_runs_as_written() {
         let r = run(
             Command::new("sh")
                 .args(["-c", &script])
-                .env("BIN", BIN)
+                .env("BIN", bin())
                 .env("REDLOCK_REDIS_URL", redis.url())
                 .env("ENVIRONMENT", "staging")
                 .current_dir(dir.path()),
@@ -71,7 +71,7 @@ fn the_cron_recipes_losers_print_nothing() {
         run(
             Command::new("sh")
                 .args(["-c", &script])
-                .env("BIN", BIN)
+                .env("BIN", bin())
                 .env("REDLOCK_REDIS_URL", redis.url())
                 .current_dir(dir.path()),
             Duration::from_secs(30),
@@ -97,7 +97,7 @@ fn the_cron_recipes_losers_print_nothing() {
 fn help_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
     for args in [&["--help"][..], &["status", "--help"], &["release", "--help"]] {
-        let out = Command::new(BIN).args(args).output().unwrap();
+        let out = Command::new(bin()).args(args).output().unwrap();
         assert!(out.status.success());
         for word in
             String::from_utf8_lossy(&out.stdout).split(|c: char| c.is_whitespace() || c == ',' || c == '[')
@@ -136,7 +136,7 @@ fn every_flag_in_help_is_in_the_readme_and_the_man_page() {
 fn every_environment_variable_in_help_is_in_the_readme_list() {
     let start = README.find("can also be set with an environment variable").expect("the list");
     let list = &README[start..start + 2000];
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = Command::new(bin()).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     let vars: BTreeSet<&str> =
         help.split("[env: ").skip(1).filter_map(|rest| rest.split(['=', ']', ',']).next()).collect();

@@ -863,7 +863,7 @@ fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
     let dir = tmp();
     let pidfile = file(&dir, "pid");
     let mut wrapper = Command::new("unshare")
-        .args(["--mount", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\" \"$@\"", BIN])
+        .args(["--mount", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\" \"$@\"", bin()])
         .args(["--redis-url", &redis.url(), "-k", "lock:noexec", "--ttl", "5s", "--"])
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &pidfile)
@@ -882,7 +882,7 @@ fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
     let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
     assert!(members, "the command and its job run");
     let cmdline = cmdline.expect("found the guardian");
-    assert!(cmdline.starts_with(BIN), "a forked guardian has its wrapper's command line: {cmdline:?}");
+    assert!(cmdline.starts_with(bin()), "a forked guardian has its wrapper's command line: {cmdline:?}");
     assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
 
@@ -917,7 +917,7 @@ fn zombie_counting_parent(url: &str) {
         [("lock:zfree", "--"), ("lock:zfree", "--"), ("lock:zbusy", "--"), ("lock:zbusy", "--")]
             .iter()
             .map(|(key, dashes)| {
-                let mut run = Command::new(BIN)
+                let mut run = Command::new(bin())
                     .args(["--redis-url", url, "-k", key, dashes, "true"])
                     .stderr(Stdio::null())
                     .spawn()
@@ -993,7 +993,7 @@ fn out_of_descriptors_at_start_a_run_fails_with_a_message_not_a_panic() {
     assert_eq!(redis.cmd::<i64>(&[b"EXISTS", b"lock:fds-start"]), 0, "no lock left behind");
 }
 
-/// Started through the dynamic loader (`ld.so BIN …`), /proc/self/exe is the loader, which
+/// Started through the dynamic loader (`ld.so bin() …`), /proc/self/exe is the loader, which
 /// cannot be the guardian: its complaint stays out of the run's stderr, and a forked guardian
 /// takes its place.
 #[test]
@@ -1005,7 +1005,7 @@ fn started_through_the_dynamic_loader_the_run_is_quiet_and_guarded() {
     }
     let redis = RedisServer::start();
     let r = run(
-        Command::new(loader).arg(BIN).args(["--redis-url", &redis.url(), "-k", "lock:ldso", "--", "true"]),
+        Command::new(loader).arg(bin()).args(["--redis-url", &redis.url(), "-k", "lock:ldso", "--", "true"]),
         LIMIT,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -189,7 +189,7 @@ fn the_metrics_file_is_prometheus_text_and_keeps_the_last_success() {
 fn status_shows_the_holder_and_exits_by_state() {
     let redis = RedisServer::start();
     let status = |json: bool| {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = std::process::Command::new(bin());
         cmd.args(["status", "--redis-url", &redis.url(), "--key", "lock:status"]);
         if json {
             cmd.arg("--json");
@@ -237,7 +237,7 @@ fn status_shows_the_holder_and_exits_by_state() {
     let _ = holder.wait();
 
     let nowhere = run(
-        std::process::Command::new(BIN).args([
+        std::process::Command::new(bin()).args([
             "status",
             "--key",
             "k",
@@ -253,7 +253,13 @@ fn status_shows_the_holder_and_exits_by_state() {
 fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
     let redis = RedisServer::start();
     let refused = run(
-        std::process::Command::new(BIN).args(["release", "--redis-url", &redis.url(), "--key", "lock:stuck"]),
+        std::process::Command::new(bin()).args([
+            "release",
+            "--redis-url",
+            &redis.url(),
+            "--key",
+            "lock:stuck",
+        ]),
         LIMIT,
     );
     assert_eq!(refused.code, 64, "needs --force: {}", refused.stderr);
@@ -275,7 +281,7 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
         .expect("spawn");
     std::thread::sleep(Duration::from_millis(300));
     let released = run(
-        std::process::Command::new(BIN).args([
+        std::process::Command::new(bin()).args([
             "release",
             "--redis-url",
             &redis.url(),
@@ -299,7 +305,7 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
     assert!(wait_output(waiter, LIMIT).status.success());
 
     let again = run(
-        std::process::Command::new(BIN).args([
+        std::process::Command::new(bin()).args([
             "release",
             "--redis-url",
             &redis.url(),
@@ -316,7 +322,7 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
 fn status_and_release_into_a_closed_pipe_exit_quietly_by_state() {
     let redis = RedisServer::start();
     let op = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = std::process::Command::new(bin());
         cmd.args(args).args(["--redis-url", &redis.url(), "--key", "lock:pipe"]);
         run_into_closed_pipe(&mut cmd, LIMIT)
     };
@@ -342,7 +348,7 @@ fn release_force_json_says_whose_lock_it_was() {
     let redis = RedisServer::start();
     let release = || {
         run(
-            std::process::Command::new(BIN).args([
+            std::process::Command::new(bin()).args([
                 "release",
                 "--redis-url",
                 &redis.url(),

@@ -111,7 +111,7 @@ fn redis_down_at_start_fails_closed_or_open() {
     let marker = file(&dir, "ran");
     let url = format!("redis://127.0.0.1:{}", free_port());
     let closed = run(
-        std::process::Command::new(BIN)
+        std::process::Command::new(bin())
             .args(["-k", "lock:down", "--redis-url", &url, "--", "touch"])
             .arg(&marker),
         LIMIT,
@@ -125,7 +125,7 @@ fn redis_down_at_start_fails_closed_or_open() {
     assert!(!marker.exists());
 
     let open = run(
-        std::process::Command::new(BIN)
+        std::process::Command::new(bin())
             .args(["-k", "lock:down", "--redis-url", &url, "--fail-open", "--", "sh", "-c"])
             .arg("touch \"$1\"; echo \"fence=${REDLOCK_FENCE-absent} key=$REDLOCK_LOCK_KEY\"; exit 3")
             .arg("sh")
@@ -141,7 +141,7 @@ fn redis_down_at_start_fails_closed_or_open() {
 #[test]
 fn a_redis_that_comes_up_within_the_wait_is_used() {
     let port = free_port();
-    let wrapper = default_signals(&mut std::process::Command::new(BIN))
+    let wrapper = default_signals(&mut std::process::Command::new(bin()))
         .args([
             "-k",
             "lock:late",

@@ -32,7 +32,7 @@ impl Stage {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let setpriv = which("setpriv");
         for (from, to, mode) in
-            [(Path::new(BIN), "redlock-run", 0o755), (setpriv.as_path(), "setpriv", 0o4755)]
+            [(Path::new(bin()), "redlock-run", 0o755), (setpriv.as_path(), "setpriv", 0o4755)]
         {
             let to = dir.path().join(to);
             std::fs::copy(from, &to).unwrap();

@@ -161,7 +161,7 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
         .expect("spawn");
     assert!(wait_until(Duration::from_secs(10), || started.exists()));
     assert!(held_on(&nodes, b"lock:fq") >= 2);
-    let mut status = Command::new(BIN);
+    let mut status = Command::new(bin());
     status.args(["status", "--key", "lock:fq", "--json"]);
     for n in &nodes {
         status.args(["--redis-url", &n.url()]);
@@ -177,7 +177,7 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     nodes[0].thaw();
     let v: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap_or_default();
     assert!(v["nodes"][0]["error"].is_string(), "{}: {v}", s.stderr);
-    let mut release = Command::new(BIN);
+    let mut release = Command::new(bin());
     release.args(["release", "--key", "lock:fq", "--force"]);
     for n in &nodes {
         release.args(["--redis-url", &n.url()]);
@@ -220,7 +220,7 @@ fn a_release_that_misses_nodes_is_not_reported_as_done() {
 fn status_needs_one_holder_on_a_majority_and_says_when_it_cannot_tell() {
     let mut nodes = nodes(3);
     let status = |nodes: &[RedisServer]| {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(bin());
         cmd.args(["status", "--key", "lock:st"]);
         for n in nodes {
             cmd.args(["--redis-url", &n.url()]);
@@ -237,7 +237,7 @@ fn status_needs_one_holder_on_a_majority_and_says_when_it_cannot_tell() {
         String::from_utf8_lossy(&split.stdout)
     );
 
-    let mut release = Command::new(BIN);
+    let mut release = Command::new(bin());
     release.args(["release", "--key", "lock:st", "--force"]);
     release.args(["--redis-url", &format!("redis://127.0.0.1:{}", free_port())]);
     for n in &nodes {

@@ -590,7 +590,7 @@ fn out_of_descriptors_among_sentinels_never_fails_open() {
         script.push_str(&format!(" --sentinel 127.0.0.1:{port}"));
     }
     script.push_str(" --connect-timeout 2s --command-timeout 2s -k lock:fds -- touch \"$1\"");
-    let r = run(Command::new("sh").args(["-c", &script]).arg(BIN).arg(&marker), LIMIT_SHORT);
+    let r = run(Command::new("sh").args(["-c", &script]).arg(bin()).arg(&marker), LIMIT_SHORT);
     assert!(!marker.exists(), "the command ran without the lock: {}", r.stderr);
     assert_eq!(r.code, 70, "{}", r.stderr);
 }

@@ -325,7 +325,7 @@ fn a_nested_run_behind_a_waiter_for_the_outer_lock_says_why_it_waits() {
              \"$BIN\" -k B --wait 1s -- true; echo \"nested: $?\" >&2",
         )
         .env("GO", &go)
-        .env("BIN", BIN)
+        .env("BIN", bin())
         .env("REDIS_URL", redis.url())
         .stderr(Stdio::piped())
         .spawn()

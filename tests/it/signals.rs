@@ -247,7 +247,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
     default_signals(&mut unshare);
     unshare
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(BIN)
+        .arg(bin())
         .args(["--redis-url", &redis.url(), "-k", "lock:pid1", "-v", "--", "sh", "-c", script])
         .env("PIDFILE", &pidfile)
         .env("ZOMBIES", &zombies)
@@ -297,8 +297,9 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
     let key = "lock:foreign-proc";
     // The outer namespace has its own /proc: stopped sessions 2..14 there. The inner one keeps
     // that /proc, where the command's group number (a small one) names one of them.
+    let bin = bin();
     let inner = format!(
-        "'{BIN}' --redis-url {} -k {key} --ttl 2s --kill-grace 1s -- sh -c \
+        "'{bin}' --redis-url {} -k {key} --ttl 2s --kill-grace 1s -- sh -c \
          'trap \"\" TSTP; while :; do echo x >> \"$LOG\"; sleep 0.02; done'; true",
         redis.url()
     );
@@ -320,7 +321,7 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .find(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            cmdline.starts_with(BIN.as_bytes()) && cmdline.windows(key.len()).any(|w| w == key.as_bytes())
+            cmdline.starts_with(bin.as_bytes()) && cmdline.windows(key.len()).any(|w| w == key.as_bytes())
         })
         .expect("the wrapper");
     kill(Pid::from_raw(wrapper), Signal::SIGTSTP).unwrap();
@@ -352,7 +353,7 @@ fn with_an_empty_proc_leftovers_still_get_sigterm_first() {
     let job = "(trap 'echo term >> \"$LOG\"; exit 0' TERM; sleep 30 & wait) & sleep 0.3; exit 3";
     let r = run(
         Command::new("unshare")
-            .args(["--mount", "--fork", "sh", "-c", "mount -t tmpfs none /proc && exec \"$@\"", "sh", BIN])
+            .args(["--mount", "--fork", "sh", "-c", "mount -t tmpfs none /proc && exec \"$@\"", "sh", bin()])
             .args(["--redis-url", &redis.url(), "-k", "lock:empty-proc", "--kill-grace", "2s", "--"])
             .args(["sh", "-c", job])
             .env("LOG", &log),
@@ -703,7 +704,7 @@ fn a_signal_ignored_at_start_stays_ignored() {
     let redis = RedisServer::start();
     let mut nohup = Command::new("nohup");
     nohup
-        .arg(BIN)
+        .arg(bin())
         .args(["--redis-url", &redis.url(), "-k", "lock:nohup", "--", "sh", "-c", "sleep 0.5; exit 4"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());

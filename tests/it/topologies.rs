@@ -472,7 +472,7 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
         assert_eq!(r.code, 0, "{key}: {}", r.stderr);
         let next: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
         assert!(next > fences[0], "{key}: fence increases");
-        let mut status = Command::new(BIN);
+        let mut status = Command::new(bin());
         status.args(["status", "--key", key, "--json"]);
         in_cluster(&mut status);
         let s = run(&mut status, LIMIT);
@@ -681,7 +681,7 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
     assert!(r.stderr.contains("TRYAGAIN"), "says what the server said: {}", r.stderr);
     assert!(!r.stderr.contains("timed out"), "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(4), "no request timed out: {:?}", r.elapsed);
-    let mut status = Command::new(BIN);
+    let mut status = Command::new(bin());
     status.arg("status");
     in_cluster(&mut status);
     let s = run(&mut status, LIMIT);

@@ -139,7 +139,14 @@ fn inject(
         Disruption::KeyForceReleased => {
             for key in &shared.keys {
                 let r = run(
-                    Command::new(BIN).args(["release", "--key", key, "--force", "--redis-url", &redis.url()]),
+                    Command::new(bin()).args([
+                        "release",
+                        "--key",
+                        key,
+                        "--force",
+                        "--redis-url",
+                        &redis.url(),
+                    ]),
                     LIMIT,
                 );
                 assert!(r.code == 0 || r.code == 1, "release --force: {} {}", r.code, r.stderr);

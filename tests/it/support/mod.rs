@@ -17,7 +17,17 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_redlock-run");
+/// The binary under test: `REDLOCK_TEST_BIN` (another build of it: the aarch64 one under
+/// qemu, say), else the one cargo built.
+pub fn bin() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("REDLOCK_TEST_BIN")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_redlock-run").into())
+    })
+}
 
 /// The server the tests start: `REDLOCK_TEST_SERVER` (a `valkey-server`, say), else
 /// `redis-server` from PATH.
@@ -487,7 +497,7 @@ pub fn default_signals(cmd: &mut Command) -> &mut Command {
 
 /// The wrapper with a clean environment and no Redis chosen yet.
 pub fn wrapper() -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(bin());
     default_signals(&mut cmd);
     for (name, _) in std::env::vars_os() {
         if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
@@ -668,7 +678,7 @@ pub fn contended_counter(redis_args: &[String], key: &str, wrappers: usize, roun
         .map(|_| {
             Command::new("sh")
                 .args(["-c", &loop_script])
-                .env("BIN", BIN)
+                .env("BIN", bin())
                 .env("COUNTER", &counter)
                 .stderr(Stdio::piped())
                 .spawn()
