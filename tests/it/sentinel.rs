@@ -373,6 +373,10 @@ fn sentinel_credentials_are_their_own_and_refusals_exit_77() {
 /// no CA to verify the Sentinel with, plaintext to its TLS port, TLS to its plaintext port.
 #[test]
 fn a_tls_sentinel_is_verified_with_the_ca() {
+    if !crate::support::tls::server_has_tls() {
+        eprintln!("skipped: the server under test has no TLS");
+        return;
+    }
     let certs = tmp();
     crate::support::tls::make_certs(certs.path());
     let path = |f: &str| certs.path().join(f).display().to_string();

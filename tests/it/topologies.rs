@@ -34,6 +34,10 @@ fn tls_redis(client_auth: bool) -> TlsRedis {
 /// an attacker: it did). With the bundle named, the same run verifies and takes the lock.
 #[test]
 fn system_ca_certificates_that_cannot_be_loaded_are_a_configuration_error() {
+    if !crate::support::tls::server_has_tls() {
+        eprintln!("skipped: the server under test has no TLS");
+        return;
+    }
     let t = tls_redis(false);
     let dir = tmp();
     let marker = file(&dir, "ran");
@@ -66,6 +70,10 @@ fn system_ca_certificates_that_cannot_be_loaded_are_a_configuration_error() {
 
 #[test]
 fn tls_works_with_the_ca_and_fails_fast_otherwise() {
+    if !crate::support::tls::server_has_tls() {
+        eprintln!("skipped: the server under test has no TLS");
+        return;
+    }
     let t = tls_redis(false);
     let ca = t.certs.path().join("ca.crt");
     let url = |host: &str| format!("rediss://{host}:{}", t.tls_port);
@@ -190,6 +198,10 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
 
 #[test]
 fn mutual_tls_with_a_client_certificate() {
+    if !crate::support::tls::server_has_tls() {
+        eprintln!("skipped: the server under test has no TLS");
+        return;
+    }
     let t = tls_redis(true);
     let p = |f: &str| t.certs.path().join(f);
     let url = format!("rediss://localhost:{}", t.tls_port);

@@ -80,3 +80,35 @@ pub fn server_args(dir: &Path, tls_port: u16, client_auth: bool) -> Vec<String> 
     ]
     .into()
 }
+
+/// Whether the server under test speaks TLS: Valkey builds may have it as a module they lack
+/// ("Failed finding TLS support"). Tests of TLS are skipped, saying so, where it does not.
+pub fn server_has_tls() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let Ok(mut server) = std::process::Command::new(super::server_binary())
+            .args([
+                "--port",
+                "0",
+                "--tls-port",
+                &super::free_port().to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--tls-cert-file", "/nonexistent", "--tls-key-file", "/nonexistent"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+        else {
+            return false;
+        };
+        // Either fails at once: one with TLS on the certificate files, one without on TLS.
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(server.stdout.as_mut().unwrap(), &mut out);
+        let _ = server.kill();
+        let _ = server.wait();
+        !out.contains("Failed finding TLS support")
+    })
+}
