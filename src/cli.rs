@@ -1,4 +1,4 @@
-//! The command line, as clap sees it. Help text lives here; validation lives in `config.rs`.
+//! The command line, as clap sees it. Help text lives here; validation lives in `config/`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;

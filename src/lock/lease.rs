@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The lease arithmetic's allowance for clock drift and request latency (the Redlock
-/// algorithm's): `ttl/100 + 2ms`. Validation (`config.rs`) counts it in too.
+/// algorithm's): `ttl/100 + 2ms`. Validation (`config/lease.rs`) counts it in too.
 pub fn drift(ttl: Duration) -> Duration {
     ttl / 100 + Duration::from_millis(2)
 }

@@ -1,0 +1,78 @@
+//! The environment: the variables that configure a wrapper (never passed to the command),
+//! an outer run's lock, and reading a variable's value.
+
+use super::*;
+/// Every environment variable that configures a wrapper: what the command must not inherit, so
+/// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
+/// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
+/// to the CLI's own (start-up does not build the clap command a second time for it).
+pub const WRAPPER_VARIABLES: [&str; 32] = [
+    "REDLOCK_BUSY_EXIT_CODE",
+    "REDLOCK_CLUSTER",
+    "REDLOCK_COMMAND_TIMEOUT",
+    "REDLOCK_CONNECT_TIMEOUT",
+    "REDLOCK_FAIL_OPEN",
+    "REDLOCK_IDEMPOTENCY_KEY",
+    "REDLOCK_IDEMPOTENCY_TTL",
+    "REDLOCK_KEY",
+    "REDLOCK_KILL_GRACE",
+    "REDLOCK_LIMIT",
+    "REDLOCK_LOG_FORMAT",
+    "REDLOCK_MAX_RUNTIME",
+    "REDLOCK_METRICS_FILE",
+    "REDLOCK_MIN_HOLD",
+    "REDLOCK_NO_NEW_PRIVS",
+    "REDLOCK_ON_LOST",
+    // Read by hand rather than by clap (see `redis_config`).
+    "REDLOCK_PASSWORD",
+    "REDLOCK_PASSWORD_FILE",
+    "REDLOCK_QUIET",
+    "REDLOCK_REDIS_URL",
+    "REDLOCK_RENEW_EVERY",
+    // Read by hand rather than by clap (see `redis_config`).
+    "REDLOCK_SENTINEL",
+    "REDLOCK_SENTINEL_MASTER",
+    "REDLOCK_SENTINEL_PASSWORD",
+    "REDLOCK_SENTINEL_PASSWORD_FILE",
+    "REDLOCK_SHARED",
+    "REDLOCK_TLS_CA_FILE",
+    "REDLOCK_TLS_CERT_FILE",
+    "REDLOCK_TLS_INSECURE",
+    "REDLOCK_TLS_KEY_FILE",
+    "REDLOCK_TTL",
+    "REDLOCK_WAIT",
+];
+
+/// The lock a run nested in another's command sees in its environment (`REDLOCK_KEYS`,
+/// `REDLOCK_TOKEN`).
+#[derive(Debug, Clone)]
+pub struct Outer {
+    pub keys: Vec<Vec<u8>>,
+    pub value: String,
+}
+
+impl Outer {
+    pub(super) fn from_env() -> Option<Outer> {
+        use crate::child::vars;
+        use std::os::unix::ffi::OsStringExt;
+        let value = std::env::var(vars::TOKEN).ok()?;
+        let key = std::env::var_os(vars::KEY)?.into_vec();
+        let all = std::env::var_os(vars::KEYS).map_or_else(|| key.clone(), OsStringExt::into_vec);
+        // One key may contain spaces; several may not (config refuses them).
+        let keys =
+            if all == key { vec![key] } else { all.split(|b| *b == b' ').map(<[u8]>::to_vec).collect() };
+        Some(Outer { keys, value })
+    }
+}
+
+/// A variable's value, if set and not empty. A value that is not UTF-8 is an error, never a
+/// reason to fall back to the next source (another Redis) without a word.
+pub(super) fn non_empty_env(name: &str) -> Result<Option<String>, Error> {
+    match std::env::var(name) {
+        Ok(v) => Ok(Some(v).filter(|v| !v.is_empty())),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::Config(format!("{name} is not valid UTF-8: fix or unset it")))
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Durations and the lease arithmetic: the TTL rule (a TTL that leaves no room is refused,
+//! naming the shortest that works), the timeouts' bounds, and parsing `DUR` values.
+
+use super::*;
+/// The least time left between a renewal going out and the moment the command would have to be
+/// stopped without it: the first renewal goes out `renew-every` after the acquisition's reply,
+/// while the lease counts from before its request, and a wrapper descheduled for a moment
+/// renews late (why 20 ms: BENCHMARKS.md § Reading the numbers).
+pub const MIN_SLACK: Duration = Duration::from_millis(20);
+
+/// The renewal slack: the time between a renewal going out and the moment the command must be
+/// stopped if it has not been confirmed (SIGTERM at `deadline − kill-grace`, SIGKILL at
+/// `deadline − KILL_AHEAD`, whichever comes first). `None` when there is none at all.
+pub(super) fn renewal_slack(ttl: Duration, renew_every: Duration, kill_grace: Duration) -> Option<Duration> {
+    ttl.checked_sub(drift(ttl))?.checked_sub(renew_every)?.checked_sub(kill_grace.max(KILL_AHEAD))
+}
+
+/// The shortest TTL, in whole milliseconds, for which `works` holds (it holds for every longer
+/// one too: the slack grows with the TTL), or `None` when not even the longest does.
+pub(super) fn shortest_ttl(works: impl Fn(Duration) -> bool) -> Option<Duration> {
+    let (mut lo, mut hi) = (0, u64::try_from(MAX_DURATION.as_millis()).expect("fits"));
+    if !works(Duration::from_millis(hi)) {
+        return None;
+    }
+    // Invariant: `works(lo)` is false (or lo = 0), `works(hi)` is true.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if works(Duration::from_millis(mid)) { hi = mid } else { lo = mid }
+    }
+    Some(Duration::from_millis(hi))
+}
+
+/// Why a TTL cannot work with the other timing flags, and the shortest that would.
+pub(super) fn too_short(
+    ttl: Duration,
+    renew_every: Duration,
+    kill_grace: Duration,
+    shortest: Option<Duration>,
+) -> String {
+    let fix = match shortest {
+        Some(d) => format!(
+            "the shortest --ttl that works with the other flags as given is {}; lengthen --ttl or shorten \
+             --renew-every / --kill-grace",
+            humantime::format_duration(d)
+        ),
+        None => "no --ttl works with these flags: shorten --renew-every / --kill-grace".to_owned(),
+    };
+    format!(
+        "--ttl {} leaves no time to renew the lock: --renew-every ({}) + the larger of --kill-grace ({}) \
+         and {} (when the command is stopped) + {} (for the renewal's round trip) must be less than \
+         --ttl minus its drift allowance ({}); {fix}",
+        humantime::format_duration(ttl),
+        humantime::format_duration(micros(renew_every)),
+        humantime::format_duration(micros(kill_grace)),
+        humantime::format_duration(KILL_AHEAD),
+        humantime::format_duration(MIN_SLACK),
+        humantime::format_duration(micros(drift(ttl))),
+    )
+}
+
+/// Why a given Redis timeout does not fit in the renewal slack, and the shortest TTL that
+/// would make room for it.
+pub(super) fn timeout_too_long(
+    flag: &str,
+    timeout: Duration,
+    slack: Duration,
+    shortest: Option<Duration>,
+) -> String {
+    let fix = match shortest {
+        Some(d) => format!(
+            "shorten it, or lengthen --ttl: the shortest that works with the other flags as given is {}",
+            humantime::format_duration(d)
+        ),
+        None => "shorten it".to_owned(),
+    };
+    format!(
+        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+         kill-grace ({}): {fix}",
+        humantime::format_duration(timeout),
+        humantime::format_duration(micros(slack)),
+    )
+}
+
+/// A duration for messages: whole microseconds are precise enough.
+pub(super) fn micros(d: Duration) -> Duration {
+    Duration::from_micros(d.as_micros().try_into().unwrap_or(u64::MAX))
+}
+
+/// A positive duration that Redis can keep as a key's lifetime: at least a millisecond.
+pub(super) fn whole_millis(flag: &str, value: &str) -> Result<Duration, Error> {
+    let d = duration(flag, value)?;
+    if d < Duration::from_millis(1) {
+        return Err(usage(format!(
+            "{flag} must be at least 1ms (Redis keeps key lifetimes in milliseconds)"
+        )));
+    }
+    Ok(d)
+}
+
+/// A Redis timeout: positive, and short enough to leave time for a retry before the command
+/// would have to be stopped.
+pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Result<Duration, Error> {
+    let d = duration(flag, value)?;
+    if d >= slack {
+        return Err(usage(format!(
+            "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+             kill-grace ({}): shorten it or lengthen --ttl",
+            humantime::format_duration(d),
+            humantime::format_duration(slack),
+        )));
+    }
+    Ok(d)
+}
+
+/// Parses a humantime duration that may be zero.
+pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
+    if value.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse(flag, value)
+}
+
+/// Parses a positive humantime duration, naming the flag in the error.
+pub(super) fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
+    let d = parse(flag, value)?;
+    if d.is_zero() {
+        return Err(usage(format!("{flag} must be greater than zero")));
+    }
+    Ok(d)
+}
+
+pub(super) fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
+    let d = humantime::parse_duration(value.trim()).map_err(|e| {
+        usage(format!("{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"))
+    })?;
+    if d > MAX_DURATION {
+        return Err(usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts")));
+    }
+    Ok(d)
+}
+
+/// No duration is longer: keeps every deadline computed from one far from clock overflow.
+pub(super) const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
