@@ -1,30 +1,22 @@
 //! Taking the lock (README § Waiting, outages and once-per-day): try once or wait for a
 //! release, ride out a Redis outage with backoff, and fail closed — or open, when asked.
+//!
+//! The decisions live in [`machine`], which never touches Redis or a clock; this module feeds
+//! it what happens and carries out what it asks for.
+
+mod machine;
 
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::config::{Config, KILL_AHEAD};
+use crate::config::Config;
 use crate::exit::Error;
-use crate::lock::{
-    Acquired, Fault, Handover, Holder, Kind, Lease, Lock, QUEUE_KEEPALIVE, Wake, Wakeups, show_key,
-};
+use crate::lock::{Acquired, Holder, Kind, Lease, Lock, Wake, Wakeups, show_key};
 use crate::signals::Signals;
 use crate::sys::Guardian;
-
-/// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.
-const OUTAGE_RETRY: Duration = Duration::from_secs(1);
-/// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
-/// announcement is missed (a dropped subscription).
-const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
-
-/// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock
-/// handed over: one woken at the deadline (a timer, or the scheduler, a little late) tries once
-/// more; one that was stopped (SIGSTOP, Ctrl-Z) past it gives up instead of taking the lock
-/// after its wait, and hands on a lock handed to it meanwhile.
-const LATE: Duration = Duration::from_millis(100);
+use machine::{Action, Context, End, Input, Machine, Rules, Wait};
 
 /// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);
@@ -59,217 +51,130 @@ pub async fn acquire(
     signals: &mut Signals,
     guardian: &mut Option<Guardian>,
 ) -> Result<Outcome, Error> {
-    let started = Instant::now();
-    let wait_until = started + config.wait;
-    let outage_until = started + config.wait.max(OUTAGE_RETRY);
-    let mut releases: Option<Wakeups> = None;
-    let mut outage_failures = 0u32;
-    // Waiters queue in arrival order (one Redis); a Redlock quorum's waiters retry on every
-    // announced release instead.
-    let join = !config.wait.is_zero();
-    let queued = join && lock.queues();
-    let mut queue_position = None;
-    // Whether Redis answered any attempt of the current outage (then it is not unreachable).
-    let mut answered = false;
-    // A nested run held off by a waiter that waits for the outer run's lock: why, once known.
-    let mut nested: Option<Option<String>> = None;
-    let mut said_unqueued = false;
+    let rules = Rules {
+        wait: config.wait,
+        kill_grace: config.kill_grace,
+        ttl: config.ttl,
+        fail_open: config.fail_open,
+        queues: lock.queues(),
+        spans_slots: lock.spans_slots(),
+        key: config.key.clone(),
+        keys: config.keys.clone(),
+        outer_keys: config.outer.as_ref().map(|o| o.keys.clone()),
+    };
+    let mut machine = Machine::new(rules, Box::new(full_jitter), Instant::now());
+    let mut shell = Shell { lock, config, signals, guardian, releases: None };
+    let mut actions = Vec::new();
+    machine.start(Instant::now(), &mut actions);
+    while !actions.is_empty() {
+        let action = actions.remove(0);
+        if let Some(input) = shell.carry_out(action).await {
+            machine.handle(input, Instant::now(), &mut actions);
+        }
+    }
+    let end = machine.take_end().expect("the machine asks for something until it has ended");
+    shell.finish(end)
+}
 
-    loop {
-        let attempt_sent = Instant::now();
-        let attempt = async {
-            // Subscribed before the attempt, so a release right after it is not missed.
-            if !config.wait.is_zero() && releases.is_none() {
-                releases = Some(lock.watch_releases().await?);
-            }
-            lock.acquire(join).await
-        };
-        let mut interrupted = None;
-        let attempt = tokio::select! {
-            r = attempt => Some(r),
-            sig = signals.recv_before_start() => {
-                interrupted = Some(sig);
+/// The real world around the machine: Redis, the subscription, signals, the guardian.
+struct Shell<'a> {
+    lock: &'a mut Lock,
+    config: &'a Config,
+    signals: &'a mut Signals,
+    guardian: &'a mut Option<Guardian>,
+    releases: Option<Wakeups>,
+}
+
+impl Shell<'_> {
+    /// Carries out one action; what answers it, if it has an answer.
+    async fn carry_out(&mut self, action: Action) -> Option<Input> {
+        let Shell { lock, config, signals, guardian, releases } = self;
+        match action {
+            Action::Subscribe => Some(tokio::select! {
+                r = lock.watch_releases() => Input::Subscribed(r.map(|wakeups| *releases = Some(wakeups))),
+                sig = signals.recv_before_start() => Input::Signal(sig),
+            }),
+            Action::Unsubscribe => {
+                *releases = None;
                 None
             }
-        };
-        let Some(attempt) = attempt else {
-            // The abandoned request may still take the lock: take back what it may have taken.
-            abandon(lock).await;
-            return Err(Error::interrupted(interrupted.expect("set with None")));
-        };
-        let now = Instant::now();
-        let fault = match attempt {
-            Ok(Acquired::Yes { fences, lease })
-                if lease.remaining(now) > config.kill_grace.max(KILL_AHEAD) =>
-            {
-                return Ok(Outcome::Acquired {
-                    fences,
-                    lease,
-                    queue_position,
-                    handed_over: false,
-                    subscription: releases,
-                });
-            }
-            Ok(Acquired::Yes { .. }) => {
-                let _ = lock.release(Duration::ZERO, false).await;
-                Fault::Unavailable("Redis answered too slowly: too little of the lease was left".into())
-            }
-            Ok(Acquired::AlreadyDone { record }) => return Ok(Outcome::AlreadyDone { record }),
-            Ok(busy_now @ (Acquired::Busy { .. } | Acquired::Queued { .. })) => {
-                outage_failures = 0;
-                answered = false;
-                let (pttl, position, at) = match busy_now {
-                    Acquired::Busy { pttl, position, key, .. } => (pttl, position, key),
-                    Acquired::Queued { position, key, .. } => (None, position, key),
-                    Acquired::Yes { .. } | Acquired::AlreadyDone { .. } => (None, None, 0),
+            Action::Attempt { join } => Some(tokio::select! {
+                r = lock.acquire(join) => Input::Answer(r),
+                sig = signals.recv_before_start() => Input::Signal(sig),
+            }),
+            Action::CheckNested { waiter } => {
+                let waits = match &config.outer {
+                    Some(outer) => lock.waits_for(&waiter, &outer.keys, &outer.value).await,
+                    None => false,
                 };
-                if join && !queued && !said_unqueued {
-                    said_unqueued = true;
-                    tracing::info!(
-                        "waiting without a place in a queue ({}): runs queued for these keys go first, and \
-                         this run may wait until --wait runs out",
-                        if lock.spans_slots() {
-                            "keys in several Cluster slots; a common hash tag puts them in one"
-                        } else {
-                            "a Redlock quorum"
-                        }
-                    );
-                }
-                if queue_position.is_none() && position.is_some() {
-                    queue_position = position;
-                    // The place at the key that held the run off (of several, the first).
-                    let key = config.keys.get(at).unwrap_or(&config.key);
-                    tracing::info!(key = %key.escape_ascii(), position, "queued for the lock");
-                }
-                if let (Acquired::Queued { first, key, .. }, Some(outer), None) =
-                    (&busy_now, &config.outer, &nested)
-                {
-                    let why = lock.waits_for(first, &outer.keys, &outer.value).await.then(|| {
-                        let theirs: Vec<String> = outer.keys.iter().map(|k| show_key(k)).collect();
-                        format!(
-                            "the run queued first for {} also waits for {}, which the run this one is \
-                             nested in holds, so it cannot go before that run ends; take the keys together \
-                             in the outer run (--key once for each)",
-                            show_key(config.keys.get(*key).unwrap_or(&config.key)),
-                            theirs.join(", ")
-                        )
-                    });
-                    if let Some(why) = &why {
-                        tracing::warn!("this run waits until --wait runs out or that run gives up: {why}");
-                    }
-                    nested = Some(why);
-                }
-                if now >= wait_until {
-                    leave(lock, queued).await;
-                    return Err(busy(config, &busy_now, nested.flatten().as_deref()));
-                }
+                Some(Input::Nested(waits))
+            }
+            Action::PrepareToWait => {
                 if guardian.is_none() {
                     // Failing here is not reported: the spawn forks one, or says why not.
-                    *guardian = Guardian::exec().ok();
+                    **guardian = Guardian::exec().ok();
                 }
                 crate::sys::note_handlers();
-                // A queued waiter tries again when told its turn has come, and at each
-                // keep-alive (which also notices a lock that expired without a release).
-                let retry_in = if queued {
-                    QUEUE_KEEPALIVE
-                } else {
-                    pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
-                        + full_jitter(Duration::from_millis(25), 1, Duration::from_millis(50))
-                };
-                tracing::debug!(
-                    retry_in_ms = retry_in.as_millis() as u64,
-                    "lock busy; waiting for its release"
-                );
-                tokio::select! {
-                    () = sleep_until((now + retry_in).min(wait_until)) => {}
-                    wake = next_wake(&mut releases) => match wake {
-                        // The subscription ended; subscribe again before the next attempt.
-                        Wake::Ended => releases = None,
-                        Wake::Turn => {}
-                        Wake::HandedOver { fence, grant } => {
-                            // Handed over after Redis answered this attempt "busy": a lease
-                            // counted from before it is never too long.
-                            let lease = Lease::handed(attempt_sent, grant, config.ttl);
-                            let now = Instant::now();
-                            if lock.handed_over_since_last_attempt(fence)
-                                && Handover::usable(&lease, now, config.kill_grace)
-                                && now <= wait_until + LATE
-                            {
-                                return Ok(Outcome::Acquired {
-                                    fences: vec![fence],
-                                    lease,
-                                    queue_position,
-                                    handed_over: true,
-                                    subscription: releases,
-                                });
-                            }
-                            // A handover older than that attempt, too little of it certainly
-                            // left, or the wait over: the next attempt (if any) decides, and an
-                            // attempt that finds this run's value confirms it for the full TTL.
-                        }
+                None
+            }
+            Action::Sleep(Wait { until, wakeups }) => Some(tokio::select! {
+                () = sleep_until(until) => Input::Timer,
+                wake = next_wake(releases), if wakeups => match wake {
+                    Wake::Ended => Input::SubscriptionEnded,
+                    Wake::Turn => Input::Turn,
+                    Wake::HandedOver { fence, grant } => Input::HandedOver {
+                        fence,
+                        grant,
+                        since_last_attempt: lock.handed_over_since_last_attempt(fence),
                     },
-                    sig = signals.recv_before_start() => {
-                        leave(lock, queued).await;
-                        return Err(Error::interrupted(sig));
-                    }
-                    // Releases are announced on the new master: listen and try there at once.
-                    () = lock.master_changed() => releases = None,
-                }
-                if Instant::now() > wait_until + LATE {
-                    // Stopped past the end of the wait: no new attempt (a lock handed over
-                    // meanwhile goes back with the place in the queue).
-                    leave(lock, queued).await;
-                    return Err(busy(config, &busy_now, nested.flatten().as_deref()));
-                }
-                continue;
+                },
+                sig = signals.recv_before_start() => Input::Signal(sig),
+                () = lock.master_changed(), if wakeups => Input::MasterChanged,
+            }),
+            Action::Leave => {
+                let _ = tokio::time::timeout(ABANDON_LIMIT, lock.leave_queue()).await;
+                None
             }
-            Err(fault) => fault,
-        };
-
-        // Unreachable, or answering "not now" (OOM, READONLY, LOADING, …): both are retried;
-        // anything else is a mistake a retry cannot fix.
-        let msg = match &fault {
-            Fault::Unavailable(msg) => msg.clone(),
-            Fault::Transient(msg) => {
-                answered = true;
-                msg.clone()
+            Action::Abandon => {
+                abandon(lock).await;
+                None
             }
-            _ => return Err(fault.into_error("taking the lock")),
-        };
-        outage_failures += 1;
-        // The last retry comes at the end of the budget, not before it: a long jitter drawn
-        // early must not cut the outage wait short.
-        let delay = full_jitter(Duration::from_millis(50), outage_failures, Duration::from_secs(1))
-            .min(outage_until.saturating_duration_since(now));
-        if now >= outage_until {
-            // A request that timed out may still have taken the lock.
-            abandon(lock).await;
-            let target = lock.target();
-            return Err(match fault {
-                // Only a Redis that could not be reached at all fails open: one that answered
-                // may hold the lock for someone else.
-                Fault::Unavailable(_) if config.fail_open && !answered => {
-                    return Ok(Outcome::Unlocked { reason: msg });
-                }
-                Fault::Unavailable(_) if config.fail_open && answered => fault.into_error(&format!(
-                    "cannot reach Redis at {target} (it answered an earlier attempt, so --fail-open \
-                     does not apply)"
-                )),
-                Fault::Unavailable(_) => {
-                    fault.into_error(&format!("cannot reach Redis at {target}{}", config.redis.source_note()))
-                }
-                _ => fault.into_error(&format!("taking the lock at {target}{}", config.redis.source_note())),
-            });
+            Action::ReleaseShort => {
+                let _ = lock.release(Duration::ZERO, false).await;
+                None
+            }
+            Action::Log(note) => {
+                note.log();
+                None
+            }
         }
-        tracing::debug!("Redis unavailable, retrying in {delay:?}: {msg}");
-        let interrupted = tokio::select! {
-            () = sleep(delay) => None,
-            sig = signals.recv_before_start() => Some(sig),
-        };
-        if let Some(sig) = interrupted {
-            // The attempt that failed may still have taken the lock.
-            abandon(lock).await;
-            return Err(Error::interrupted(sig));
+    }
+
+    fn finish(&mut self, end: End) -> Result<Outcome, Error> {
+        let config = self.config;
+        let at = |what: &str| format!("{what} at {}{}", self.lock.target(), config.redis.source_note());
+        match end {
+            End::Acquired { fences, lease, queue_position, handed_over } => Ok(Outcome::Acquired {
+                fences,
+                lease,
+                queue_position,
+                handed_over,
+                subscription: self.releases.take(),
+            }),
+            End::AlreadyDone { record } => Ok(Outcome::AlreadyDone { record }),
+            End::Unlocked { reason } => Ok(Outcome::Unlocked { reason }),
+            End::Busy { found, nested } => Err(busy(config, &found, nested.as_deref())),
+            End::Interrupted(sig) => Err(Error::interrupted(sig)),
+            End::Failed { fault, context } => Err(match context {
+                Context::TakingTheLock => fault.into_error("taking the lock"),
+                Context::Unreachable => fault.into_error(&at("cannot reach Redis")),
+                Context::AnsweredEarlier => fault.into_error(&format!(
+                    "cannot reach Redis at {} (it answered an earlier attempt, so --fail-open \
+                     does not apply)",
+                    self.lock.target()
+                )),
+                Context::Answering => fault.into_error(&at("taking the lock")),
+            }),
         }
     }
 }
@@ -283,14 +188,6 @@ async fn abandon(lock: &mut Lock) {
         let _ = lock.leave_queue().await;
     })
     .await;
-}
-
-/// Gives up the place in the queue at once, so that the runs behind move up (bounded; an
-/// entry left behind lapses by itself).
-async fn leave(lock: &mut Lock, queued: bool) {
-    if queued {
-        let _ = tokio::time::timeout(ABANDON_LIMIT, lock.leave_queue()).await;
-    }
 }
 
 /// Resolves with the next wake-up or the end of the subscription; never without one.
