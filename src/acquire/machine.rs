@@ -8,7 +8,7 @@
 //! (an attempt, a subscription, the nested-run check, or the end of a [`Wait`]), or nothing,
 //! once it has ended ([`Machine::end`]).
 //!
-//! What it keeps to, whatever the order of events:
+//! What it keeps to, whatever the order of events (checked by the generated tests):
 //!
 //! 1. **No lock after the wait.** Once Redis has answered "busy", a lock handed over is taken
 //!    only until `--wait` + [`LATE`], and a busy wait that ends after that ends the run busy,
