@@ -3,7 +3,7 @@
 //! (`conn`, `sentinel`), what went wrong (`fault`, `mistakes`), URLs (`url`), the scripts and
 //! their replies (`scripts`, `replies`), what is stored (`keys`, `values`), the lease deadline
 //! (`lease`), and the operator's view (`admin`). The retry schedules that use these single
-//! attempts are beside the run's steps: `acquire.rs`, `renew.rs`, `release.rs`.
+//! attempts are beside the run's steps: `acquire/`, `renew.rs`, `release.rs`.
 
 pub mod admin;
 mod conn;
