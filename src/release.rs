@@ -1,6 +1,6 @@
 //! Giving the lock back after the command has ended: compare-and-delete (or, with
 //! `--min-hold`, shortening the lease to what is left of it), retried within a small budget.
-//! The run's three retry schedules sit side by side: `acquire.rs`, `renew.rs` and this one;
+//! The run's three retry schedules sit side by side: `acquire/`, `renew.rs` and this one;
 //! `lock/` makes single attempts.
 
 use std::time::Duration;

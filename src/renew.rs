@@ -1,6 +1,6 @@
 //! The renewal loop: keeps the lease alive while the command runs and reports what happens to
 //! the supervisor, which owns the decision to stop the command. Its retry schedule sits beside
-//! those of `acquire.rs` and `release.rs`; `lock/` makes single attempts.
+//! those of `acquire/` and `release.rs`; `lock/` makes single attempts.
 
 use std::time::Duration;
 

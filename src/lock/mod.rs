@@ -3,7 +3,7 @@
 //! (`conn`, `sentinel`), what went wrong (`fault`, `mistakes`), URLs (`url`), the scripts and
 //! their replies (`scripts`, `replies`), what is stored (`keys`, `values`), the lease deadline
 //! (`lease`), and the operator's view (`admin`). The retry schedules that use these single
-//! attempts are beside the run's steps: `acquire.rs`, `renew.rs`, `release.rs`.
+//! attempts are beside the run's steps: `acquire/`, `renew.rs`, `release.rs`.
 
 pub mod admin;
 mod conn;
@@ -229,8 +229,6 @@ impl Lock {
         })
     }
 
-    /// A release hands the lock over to the first queued waiter that can take it that way,
-    /// for `grant` (it extends that at once to its own TTL): see `scripts::RELEASE`.
     /// This lock as the run with `value` took it, for a process other than that run's wrapper
     /// (the releaser after the wrapper's death): released with the full script, which hands
     /// the lock over to a waiter and leaves the queue.
@@ -240,6 +238,8 @@ impl Lock {
         self
     }
 
+    /// A release hands the lock over to the first queued waiter that can take it that way,
+    /// for `grant` (it extends that at once to its own TTL): see `scripts::RELEASE`.
     pub fn hand_over_for(&mut self, grant: Duration) {
         self.grant = grant;
     }
