@@ -11,8 +11,8 @@
 //! What it keeps to, whatever the order of events (checked by the generated tests):
 //!
 //! 1. **No lock after the wait.** Once Redis has answered "busy", a lock handed over is taken
-//!    only until `--wait` + [`LATE`], and a busy wait that ends after that ends the run busy,
-//!    without another attempt. (An attempt that follows an outage wait belongs to the outage
+//!    only until `--wait` + [`Handover::LATE`], and a busy wait that ends after that ends the
+//!    run busy, without another attempt. (An attempt that follows an outage wait belongs to the outage
 //!    budget, 4.)
 //! 2. **Only a confirmed lock.** A handover is taken only when it came after the last attempt
 //!    (Redis answered that attempt before handing over) and [`Handover::usable`] holds when it
@@ -44,12 +44,6 @@ pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
 /// announcement is missed (a dropped subscription).
 pub const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
-
-/// How late after the end of `--wait` a waiter may still make its last attempt, or take a lock
-/// handed over: one woken at the deadline (a timer, or the scheduler, a little late) tries once
-/// more; one that was stopped (SIGSTOP, Ctrl-Z) past it gives up instead of taking the lock
-/// after its wait, and hands on a lock handed to it meanwhile.
-pub const LATE: Duration = Duration::from_millis(100);
 
 /// The fault of an attempt that took the lock with too little of its lease left to start the
 /// command: it is given back and retried like an outage.
@@ -356,7 +350,7 @@ impl Machine {
                 let lease = Lease::handed(self.attempt_sent, grant, self.rules.ttl);
                 if since_last_attempt
                     && Handover::usable(&lease, now, self.rules.kill_grace)
-                    && now <= self.wait_until + LATE
+                    && now <= self.wait_until + Handover::LATE
                 {
                     self.end = Some(End::Acquired {
                         fences: vec![fence],
@@ -499,7 +493,7 @@ impl Machine {
 
     /// A busy wait ended at `now` without the lock.
     fn woken(&mut self, found: Acquired, now: Instant, out: &mut Vec<Action>) {
-        if now > self.wait_until + LATE {
+        if now > self.wait_until + Handover::LATE {
             // Stopped past the end of the wait: no new attempt (a lock handed over meanwhile
             // goes back with the place in the queue).
             self.give_up_busy(found, out);

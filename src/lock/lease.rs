@@ -40,6 +40,11 @@ impl Handover {
     /// to arrive before the command would have to be stopped; with less, the waiter confirms
     /// it before its command starts.
     pub const CONFIRM_ROOM: Duration = Duration::from_millis(250);
+    /// How late after the end of `--wait` a waiter may still make its last attempt, or take a
+    /// lock handed over: one woken at the deadline (a timer, or the scheduler, a little late)
+    /// tries once more; one that was stopped (SIGSTOP, Ctrl-Z) past it gives up instead of
+    /// taking the lock after its wait, and hands on a lock handed to it meanwhile.
+    pub const LATE: Duration = Duration::from_millis(100);
 
     /// How long a release by a run with this kill-grace and TTL takes the lock for a waiter.
     pub fn grant(kill_grace: Duration, ttl: Duration) -> Duration {

@@ -319,9 +319,12 @@ impl World {
     }
 
     fn begin_attempt(&mut self) {
-        // Invariant 1: after a busy wait, no attempt once --wait + LATE has passed.
+        // Invariant 1: after a busy wait, no attempt once --wait + Handover::LATE has passed.
         if self.after_busy_wait {
-            assert!(self.now <= self.machine.wait_until() + LATE, "an attempt after the wait ran out");
+            assert!(
+                self.now <= self.machine.wait_until() + Handover::LATE,
+                "an attempt after the wait ran out"
+            );
         }
         self.began = self.now;
         self.gave_back = false;
@@ -485,7 +488,7 @@ impl World {
                 };
                 assert!(since, "took a handover older than the last attempt");
                 assert!(Handover::usable(&expected, now, grace), "took a handover too short to use");
-                assert!(now <= wait_until + LATE, "took a handover after the wait ran out");
+                assert!(now <= wait_until + Handover::LATE, "took a handover after the wait ran out");
                 assert_eq!(
                     lease.deadline(),
                     expected.deadline(),
@@ -653,11 +656,11 @@ fn busy_with_wait_0_fails_at_once() {
 
 /// A lock handed over to a run that was stopped past the end of its wait: not taken, the
 /// place in the queue (and with it the lock) given back, and the run ends busy — the command
-/// never runs. Just within LATE, it is taken.
+/// never runs. Just within Handover::LATE, it is taken.
 #[test]
 fn a_handover_after_the_wait_ran_out_is_given_back() {
     let wait = Duration::from_secs(1);
-    for (at, taken) in [(wait + LATE + MS, false), (wait + LATE / 2, true)] {
+    for (at, taken) in [(wait + Handover::LATE + MS, false), (wait + Handover::LATE / 2, true)] {
         let (mut d, out) = Drive::new(rules(wait, true, false));
         assert_eq!(out, [Action::Subscribe]);
         assert_eq!(d.feed(MS, Input::Subscribed(Ok(()))), [Action::Attempt { join: true }]);
