@@ -26,7 +26,7 @@ pub struct Node {
 }
 
 impl Node {
-    /// From a URL as `config::sentinel_url` writes it. The password comes from the URL, or else
+    /// From a URL as `config::server::sentinel_url` writes it. The password comes from the URL, or else
     /// `password` (--sentinel-password-file, REDLOCK_SENTINEL_PASSWORD); a `rediss://` Sentinel
     /// is verified with the same TLS material as the master (`tls`, `insecure`).
     pub fn new(

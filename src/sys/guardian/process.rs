@@ -384,15 +384,14 @@ fn parse_pid(name: &[u8]) -> Option<i32> {
     i32::try_from(n).ok()
 }
 
-/// The state letter and the process group of the process whose stat file is at `path`.
+/// Reads the start of the file at `path` (NUL-terminated) into `buf`: how many bytes came.
 ///
 /// # Safety
-/// Only plain system calls.
-unsafe fn stat_of(path: &[u8; 32]) -> Option<(u8, i32)> {
-    let mut buf = [0u8; 512];
-    // SAFETY: the path is NUL-terminated; the buffer outlives the read.
+/// Only plain system calls; `path` must be NUL-terminated.
+unsafe fn read_small(path: *const libc::c_char, buf: &mut [u8; 512]) -> Option<usize> {
+    // SAFETY: the caller's NUL-terminated path; the buffer outlives the read.
     let n = unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return None;
         }
@@ -400,7 +399,18 @@ unsafe fn stat_of(path: &[u8; 32]) -> Option<(u8, i32)> {
         libc::close(fd);
         n
     };
-    parse_stat(&buf[..usize::try_from(n).ok()?])
+    usize::try_from(n).ok()
+}
+
+/// The state letter and the process group of the process whose stat file is at `path`.
+///
+/// # Safety
+/// Only plain system calls.
+unsafe fn stat_of(path: &[u8; 32]) -> Option<(u8, i32)> {
+    let mut buf = [0u8; 512];
+    // SAFETY: `stat_path` fills at most 21 of the path's 32 zeroed bytes.
+    let n = unsafe { read_small(path.as_ptr().cast(), &mut buf) }?;
+    parse_stat(&buf[..n])
 }
 
 /// The state and process group from a stat line: `PID (COMM) STATE PPID PGRP …`, where COMM
@@ -419,17 +429,8 @@ fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
 /// Only plain system calls.
 unsafe fn proc_is_ours() -> bool {
     let mut buf = [0u8; 512];
-    // SAFETY: the path is NUL-terminated; the buffer outlives the read.
-    let n = unsafe {
-        let fd = libc::open(c"/proc/self/stat".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return false;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    let Ok(n) = usize::try_from(n) else { return false };
+    // SAFETY: a NUL-terminated literal.
+    let Some(n) = (unsafe { read_small(c"/proc/self/stat".as_ptr(), &mut buf) }) else { return false };
     let first = buf[..n].split(|&b| b == b' ').next().unwrap_or_default();
     // SAFETY: getpid cannot fail.
     parse_pid(first) == Some(unsafe { libc::getpid() })
@@ -441,28 +442,10 @@ unsafe fn proc_is_ours() -> bool {
 /// # Safety
 /// Only plain system calls; callable between fork and `_exit`.
 unsafe fn command_runs(stat_path: &[u8; 32]) -> bool {
-    use nix::libc;
-    let mut buf = [0u8; 512];
-    // SAFETY: the path is NUL-terminated (`stat_path` fills at most 21 of its 32 zeroed
-    // bytes); the buffer outlives the read.
-    let n = unsafe {
-        let fd = libc::open(stat_path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return false;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    let Ok(n) = usize::try_from(n) else { return false };
-    let stat = &buf[..n];
-    // The state follows the last ')' and a space.
     // D is not running either: a vfork() parent waits there for its stopped child, and a
     // process that was really continued soon shows R or S.
-    match stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)) {
-        Some(b'T' | b't' | b'Z' | b'X' | b'x' | b'D') | None => false,
-        Some(_) => true,
-    }
+    // SAFETY: only plain system calls.
+    !matches!(unsafe { stat_of(stat_path) }, Some((b'T' | b't' | b'Z' | b'X' | b'x' | b'D', _)) | None)
 }
 
 #[cfg(test)]
