@@ -48,6 +48,7 @@ Register-ArgumentCompleter -Native -CommandName 'redlock-run' -ScriptBlock {
             [CompletionResult]::new('--command-timeout', '--command-timeout', [CompletionResultType]::ParameterName, 'Bound on each Redis request')
             [CompletionResult]::new('--metrics-file', '--metrics-file', [CompletionResultType]::ParameterName, 'Write Prometheus metrics to PATH at exit')
             [CompletionResult]::new('--log-format', '--log-format', [CompletionResultType]::ParameterName, 'Format of the diagnostics on stderr')
+            [CompletionResult]::new('--generate', '--generate', [CompletionResultType]::ParameterName, 'Print a man page or a completion script, and exit')
             [CompletionResult]::new('--shared', '--shared', [CompletionResultType]::ParameterName, 'Hold the lock shared: beside other shared runs')
             [CompletionResult]::new('--fail-open', '--fail-open', [CompletionResultType]::ParameterName, 'Run without a lock if Redis is unreachable')
             [CompletionResult]::new('--no-new-privs', '--no-new-privs', [CompletionResultType]::ParameterName, 'Keep the command from gaining privileges')

@@ -1,5 +1,5 @@
 # bash completion for redlock-run                                   -*- shell-script -*-
-# Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.
+# Generated from the command-line definition (src/cli.rs) by `redlock-run --generate`; do not edit.
 # Works on its own; with the bash-completion package, values written --opt=VALUE and the
 # command's own arguments (after `--` or the command name) are completed too.
 
@@ -7,7 +7,7 @@
 _redlock_run_takes_value() {
     case $1 in
         '')
-            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format|--generate) return 0 ;; esac
             [[ $2 =~ ^-[vqhV]*[ktw]$ ]] ;;
         'status')
             case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
@@ -22,7 +22,7 @@ _redlock_run_takes_value() {
 # The options of ${1:-the wrapper}.
 _redlock_run_options() {
     case $1 in
-        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format -h --help -V --version' ;;
+        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --generate -h --help -V --version' ;;
         'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
         'release') REPLY='-k --key --force --holder --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
     esac
@@ -42,6 +42,7 @@ _redlock_run_value() {
         '',--sentinel-password-file) _redlock_run_files ;;
         '',--metrics-file) _redlock_run_files ;;
         '',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        '',--generate) COMPREPLY=($(compgen -W 'man man-status man-release bash zsh fish elvish powershell' -- "$cur")) ;;
         'status',--password-file) _redlock_run_files ;;
         'status',--tls-ca-file) _redlock_run_files ;;
         'status',--tls-cert-file) _redlock_run_files ;;

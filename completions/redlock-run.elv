@@ -45,6 +45,7 @@ set edit:completion:arg-completer[redlock-run] = {|@words|
             cand --command-timeout 'Bound on each Redis request'
             cand --metrics-file 'Write Prometheus metrics to PATH at exit'
             cand --log-format 'Format of the diagnostics on stderr'
+            cand --generate 'Print a man page or a completion script, and exit'
             cand --shared 'Hold the lock shared: beside other shared runs'
             cand --fail-open 'Run without a lock if Redis is unreachable'
             cand --no-new-privs 'Keep the command from gaining privileges'

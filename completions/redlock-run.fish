@@ -1,12 +1,12 @@
 # fish completion for redlock-run
-# Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.
+# Generated from the command-line definition (src/cli.rs) by `redlock-run --generate`; do not edit.
 
 # Whether $argv[2] is an option of $argv[1] (empty: the wrapper) that takes the next word as
 # its value.
 function __redlock_run_takes_value
     switch "$argv[1]"
         case ''
-            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format
+            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format --generate
             and return 0
             string match -rq -- '^-[vqhV]*[ktw]$' $argv[2]
             return
@@ -137,6 +137,14 @@ complete -c redlock-run -n '__redlock_run_at top' -s v -l verbose -d 'More diagn
 complete -c redlock-run -n '__redlock_run_at top' -s q -l quiet -d 'Only errors on stderr'
 complete -c redlock-run -n '__redlock_run_at top' -l log-format -d 'Format of the diagnostics on stderr' -xa "text\t'redlock-run: level: message field=value …'
 json\t'One JSON object per line, for log collectors (Kubernetes)'"
+complete -c redlock-run -n '__redlock_run_at top' -l generate -d 'Print a man page or a completion script, and exit' -xa "man\t'The man page redlock-run(1)'
+man-status\t'The man page redlock-run-status(1)'
+man-release\t'The man page redlock-run-release(1)'
+bash\t'Completion for bash'
+zsh\t'Completion for zsh (a file named _redlock-run in fpath)'
+fish\t'Completion for fish'
+elvish\t'Completion for elvish'
+powershell\t'Completion for PowerShell'"
 complete -c redlock-run -n '__redlock_run_at top' -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c redlock-run -n '__redlock_run_at top' -s V -l version -d 'Print version'
 complete -c redlock-run -n '__redlock_run_at status' -s k -l key -d 'Lock key; repeat to hold several, all or none' -x

@@ -13,8 +13,8 @@ the exit statuses and examples; so does 'man redlock-run'.";
 /// The epilogue of `--help` (and of the man page, which reads its examples from here).
 const AFTER_HELP: &str = "\
 Durations use humantime syntax: 500ms, 30s, 30m, '1h 30m'.
-Every option can also be set with an environment variable REDLOCK_<NAME> (shown in brackets);
-a flag on the command line wins over the environment.
+Every option but -v and --generate can also be set with an environment variable
+REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.
 
 Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
 65 the key holds another type, or is used with another kind of lock (--limit, --shared);
@@ -226,6 +226,14 @@ pub struct Cli {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    /// Print a man page or a completion script, and exit
+    ///
+    /// The docs of this very binary, for a copied one: 'redlock-run --generate man >
+    /// /usr/local/share/man/man1/redlock-run.1', 'redlock-run --generate bash >
+    /// /etc/bash_completion.d/redlock-run'. No environment variable: a run never turns into this.
+    #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = "Output")]
+    pub generate: Option<Generate>,
 
     /// The command to run and its arguments
     #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
@@ -584,6 +592,27 @@ pub struct OutputArgs {
         help_heading = "Output",
     )]
     pub log_format: LogFormatArg,
+}
+
+/// `--generate` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Generate {
+    /// The man page redlock-run(1)
+    Man,
+    /// The man page redlock-run-status(1)
+    ManStatus,
+    /// The man page redlock-run-release(1)
+    ManRelease,
+    /// Completion for bash
+    Bash,
+    /// Completion for zsh (a file named _redlock-run in $fpath)
+    Zsh,
+    /// Completion for fish
+    Fish,
+    /// Completion for elvish
+    Elvish,
+    /// Completion for PowerShell
+    Powershell,
 }
 
 /// `--log-format` values.

@@ -20,6 +20,47 @@ pub mod status {
     pub const SIGNAL_BASE: u8 = 128;
 }
 
+/// The exit-status table as README § Exit status shows it (a test keeps the two equal) and the
+/// man page prints it: (status, meaning).
+pub const TABLE: [(&str, &str); 12] = [
+    ("0–255", "the command's own exit status; 128+N if it died of signal N"),
+    (
+        "64",
+        "usage error: bad flag, bad duration, missing command, timing flags that leave no room, `--shared` with `--limit`, either with a Redlock quorum",
+    ),
+    (
+        "65",
+        "the key (or its fence counter) holds data of another type, the fence counter is at its maximum, or the key is held or waited for with a kind of lock this run's does not go with (`--limit 3` against `--limit 5`, an exclusive lock or `--shared`); nothing was changed",
+    ),
+    (
+        "69",
+        "Redis unavailable or failing (fail closed): nothing listens, timeouts, OOM, READONLY, LOADING, TRYAGAIN, …",
+    ),
+    (
+        "70",
+        "internal error, or this host out of resources (file descriptors, memory) where Redis is not to blame — e.g. a wrapper started with nearly every descriptor of its open-file limit already taken",
+    ),
+    ("75", "the lock is held by someone else (`--busy-exit-code`)"),
+    (
+        "77",
+        "Redis (or a Sentinel, when no other Sentinel names the master) refused the credentials or wants a password none was given for, or the ACL denies a command or key",
+    ),
+    (
+        "78",
+        "configuration error: malformed or unsupported Redis URL, a service that does not speak the Redis protocol, a Sentinel given as the Redis URL (or a plain Redis as `--sentinel`, a master name the Sentinels do not know, TLS that cannot work with a `--sentinel`), `--cluster` against a standalone Redis, a database number the server does not have, the system's CA certificates that cannot be loaded (`SSL_CERT_FILE` missing or empty) for a `rediss://` URL without `--tls-ca-file`, an open-file limit (`ulimit -n`) below 64 (out of descriptors a connection would fail as if Redis were unreachable, and `--fail-open` would run the command unlocked)",
+    ),
+    ("124", "the command was stopped by `--max-runtime`"),
+    (
+        "125",
+        "lease lost: the command was stopped because ownership could not be kept — or could not be stopped at all (another user's process, or one that outlived SIGKILL); the lock was then left to expire",
+    ),
+    (
+        "126 / 127",
+        "the command could not be started (not executable, or the system refused a new process or its guardian: the process or descriptor limit) / not found",
+    ),
+    ("128+N", "a signal N arrived before the command was started (nothing was run or held)"),
+];
+
 /// Everything that ends a run without the command's own status.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

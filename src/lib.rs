@@ -13,6 +13,7 @@ mod child;
 pub mod cli;
 mod config;
 mod exit;
+mod generate;
 mod guardian;
 mod lock;
 mod logging;
@@ -49,6 +50,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(exit::status::USAGE);
         }
     };
+    if let Some(kind) = cli.generate {
+        return print_docs(kind);
+    }
     let invocation = match config::Invocation::from_cli(cli) {
         Ok(invocation) => invocation,
         Err(e) => {
@@ -152,6 +156,21 @@ fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitC
 fn late_subcommand() -> Option<String> {
     let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
     args.iter().skip(1).find(|a| *a == "status" || *a == "release").cloned()
+}
+
+/// `--generate`: the page or script on stdout (this is no run: there is no command's stdout to
+/// keep clean).
+fn print_docs(kind: cli::Generate) -> ExitCode {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(generate::render(kind).as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A reader that had enough (`| head`).
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("redlock-run: error: cannot write to stdout: {e}");
+            ExitCode::from(exit::status::INTERNAL)
+        }
+    }
 }
 
 /// clap's error in the tool's own style (`redlock-run: error: …`). Its tip "to pass '-x' as a

@@ -1,5 +1,4 @@
-//! The binary: everything is in the library (`lib.rs`), whose CLI definition the tests that
-//! generate completions and man pages read too.
+//! The binary: everything is in the library (`lib.rs`).
 
 #![deny(unsafe_code)]
 

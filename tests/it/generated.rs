@@ -4,23 +4,30 @@
 //!     UPDATE_GENERATED=1 cargo test --test it generated
 
 use std::path::Path;
+use std::process::Command;
 
-use crate::completions::{self, Model};
 use clap::CommandFactory;
-use clap_complete::Shell;
 use redlock_run::cli::Cli;
 
-fn check(path: &str, expected: &[u8]) -> Option<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
-    if std::env::var_os("UPDATE_GENERATED").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, expected).unwrap();
-        return None;
-    }
-    match std::fs::read(&path) {
-        Ok(actual) if actual == expected => None,
-        _ => Some(format!("{} is out of date", path.display())),
-    }
+use crate::support::bin;
+
+/// Every file under man/ and completions/, with the `--generate` kind that prints it.
+const GENERATED: [(&str, &str); 8] = [
+    ("man", "man/redlock-run.1"),
+    ("man-status", "man/redlock-run-status.1"),
+    ("man-release", "man/redlock-run-release.1"),
+    ("bash", "completions/redlock-run.bash"),
+    ("zsh", "completions/_redlock-run"),
+    ("fish", "completions/redlock-run.fish"),
+    ("elvish", "completions/redlock-run.elv"),
+    ("powershell", "completions/_redlock-run.ps1"),
+];
+
+fn generate(kind: &str) -> String {
+    let out = Command::new(bin()).args(["--generate", kind]).output().unwrap();
+    assert!(out.status.success(), "--generate {kind}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "--generate {kind} wrote to stderr");
+    String::from_utf8(out.stdout).expect("UTF-8")
 }
 
 #[test]
@@ -29,75 +36,73 @@ fn cli_definition_is_consistent() {
 }
 
 #[test]
-fn completions_and_man_page_match_the_cli() {
+fn the_committed_docs_are_what_the_binary_generates() {
     let mut stale = Vec::new();
-    let model = Model::new(Cli::command());
-    for (file, script) in [
-        ("completions/redlock-run.bash", completions::bash(&model)),
-        ("completions/_redlock-run", completions::zsh(&model)),
-        ("completions/redlock-run.fish", completions::fish(&model)),
-    ] {
-        stale.extend(check(file, script.as_bytes()));
-    }
-    // Elvish and PowerShell: clap_complete's scripts as they come (options and subcommands;
-    // the command's own words are not completed).
-    for (shell, file) in
-        [(Shell::Elvish, "completions/redlock-run.elv"), (Shell::PowerShell, "completions/_redlock-run.ps1")]
-    {
-        let mut out = Vec::new();
-        clap_complete::generate(shell, &mut Cli::command(), "redlock-run", &mut out);
-        stale.extend(check(file, &out));
-    }
-    let mut man = Vec::new();
-    clap_mangen::Man::new(for_man_page(Cli::command())).render(&mut man).unwrap();
-    let man = finish_main_page(&String::from_utf8(man).unwrap());
-    stale.extend(check("man/redlock-run.1", man.as_bytes()));
-    // One page per subcommand, as git does (redlock-run-status(1), …).
-    let command = Cli::command();
-    for sub in command.get_subcommands() {
-        // clap names take &'static str; a test can afford to leak two short strings.
-        let name: &'static str = Box::leak(format!("redlock-run-{}", sub.get_name()).into_boxed_str());
-        let invoked: &'static str = Box::leak(format!("redlock-run {}", sub.get_name()).into_boxed_str());
-        let mut page = Vec::new();
-        let sub = sub.clone().name(name).display_name(name).bin_name(invoked);
-        let source = concat!("redlock-run ", env!("CARGO_PKG_VERSION"));
-        clap_mangen::Man::new(sub).source(source).render(&mut page).unwrap();
-        let page = finish_sub_page(&String::from_utf8(page).unwrap(), name);
-        stale.extend(check(&format!("man/{name}.1"), page.as_bytes()));
+    for (kind, file) in GENERATED {
+        let expected = generate(kind);
+        let path = here(file);
+        if std::env::var_os("UPDATE_GENERATED").is_some() {
+            std::fs::write(&path, &expected).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(expected.as_str()) {
+            stale.push(format!("{file} is not what `redlock-run --generate {kind}` prints"));
+        }
     }
     assert!(
         stale.is_empty(),
         "{}\nregenerate with: UPDATE_GENERATED=1 cargo test --test it generated",
         stale.join("\n")
     );
+    let listed: Vec<&str> = GENERATED.iter().map(|(_, file)| *file).collect();
+    for dir in ["man", "completions"] {
+        for entry in std::fs::read_dir(here(dir)).unwrap() {
+            let file = format!("{dir}/{}", entry.unwrap().file_name().to_string_lossy());
+            assert!(listed.contains(&file.as_str()), "{file} is not generated");
+        }
+    }
+}
+
+/// Every `--generate` kind the CLI offers is one of the committed files, and a bad one is a
+/// usage error that lists the kinds.
+#[test]
+fn generate_offers_exactly_the_committed_kinds() {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let arg = cmd.get_arguments().find(|a| a.get_long() == Some("generate")).expect("--generate");
+    let kinds: Vec<String> = arg.get_possible_values().iter().map(|v| v.get_name().to_owned()).collect();
+    assert_eq!(kinds, GENERATED.map(|(kind, _)| kind.to_owned()));
+    let out = Command::new(bin()).args(["--generate", "nroff"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("man-status"));
+    // Exclusive: never half a run.
+    let out = Command::new(bin()).args(["--generate", "man", "-k", "x", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+    // A run never reads it from the environment.
+    let out = Command::new(bin()).arg("--help").env("REDLOCK_GENERATE", "man").output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("REDLOCK_GENERATE"));
+}
+
+/// README § Exit status is the table the man page prints.
+#[test]
+fn the_readme_shows_the_exit_status_table_of_the_man_page() {
+    let page = generate("man");
+    let start = page.find(".SH \"EXIT STATUS\"\n").expect("an EXIT STATUS section");
+    let end = start + page[start..].find(".SH ENVIRONMENT").expect("then ENVIRONMENT");
+    let unroff = |t: &str| t.replace("\\-", "-").replace("\\%", "").replace("\\e", "\\");
+    let man: Vec<(String, String)> = page[start..end]
+        .split(".TP\n")
+        .skip(1)
+        .map(|item| {
+            let (term, text) = item.split_once('\n').unwrap();
+            (unroff(term.trim_start_matches("\\fB").trim_end_matches("\\fR")), unroff(text.trim_end()))
+        })
+        .collect();
+    assert_eq!(man, exit_statuses());
 }
 
 const README: &str = include_str!("../../README.md");
 
-/// The committed pages carry the crate's version only: `--version` also names the commit,
-/// which would make them stale at every commit.
-fn for_man_page(cmd: clap::Command) -> clap::Command {
-    cmd.version(env!("CARGO_PKG_VERSION"))
-}
-
-/// Text for roff: dashes and backslashes escaped, no line read as a request.
-fn roff(text: &str) -> String {
-    let text = text.replace('\\', "\\e").replace('-', "\\-");
-    if text.starts_with(['.', '\'']) { format!("\\&{text}") } else { text }
-}
-
-/// URLs are never hyphenated at a line break (`\%` before them).
-fn no_url_hyphens(page: &str) -> String {
-    let mut out = page.to_owned();
-    for scheme in ["rediss://", "redis://", "unix://"] {
-        out = out
-            .replace(scheme, &format!("\\%{scheme}"))
-            .replace(&format!("\\%\\%{scheme}"), &format!("\\%{scheme}"));
-    }
-    out
-}
-
-/// The exit-status table of README § Exit status: (status, meaning) rows.
+/// The exit-status table of README § Exit status: (status, meaning) rows, as plain text.
 fn exit_statuses() -> Vec<(String, String)> {
     let start = README.find("### Exit status").expect("README has an Exit status section");
     README[start..]
@@ -112,116 +117,9 @@ fn exit_statuses() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The main page with EXIT STATUS, ENVIRONMENT, EXAMPLES and SEE ALSO sections of its own in
-/// place of clap's EXTRA (the `--help` epilogue).
-fn finish_main_page(page: &str) -> String {
-    let extra = page.find(".SH EXTRA\n").expect("an EXTRA section");
-    let version = page.find(".SH VERSION\n").expect("a VERSION section");
-    let epilogue = &page[extra..version];
-    let mut sections = String::new();
-
-    sections.push_str(".SH \"EXIT STATUS\"\n");
-    for (code, meaning) in exit_statuses() {
-        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(&code), roff(&meaning)));
-    }
-
-    sections.push_str(".SH ENVIRONMENT\n");
-    sections.push_str(&format!(
-        "{}\n",
-        roff("Every option but -v can be set with an environment variable; a flag on the command line wins.")
-    ));
-    let mut options: Vec<(String, String)> = Cli::command()
-        .get_arguments()
-        .filter_map(|a| Some((a.get_env()?.to_str()?.to_owned(), format!("--{}", a.get_long()?))))
-        .collect();
-    options.sort();
-    for (var, flag) in options {
-        sections.push_str(&format!(".TP\n\\fB{}\\fR\nas {}\n", roff(&var), roff(&flag)));
-    }
-    for (var, what) in [
-        ("REDLOCK_REDIS_URL", "the Redis URL, when --redis-url is not given"),
-        (
-            "REDIS_URL",
-            "the Redis URL, when neither --redis-url nor REDLOCK_REDIS_URL is given; passed on to the command",
-        ),
-        ("REDLOCK_PASSWORD", "the Redis password, so that it never sits in argv"),
-    ] {
-        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(var), roff(what)));
-    }
-    sections.push_str(&format!(
-        ".PP\n{}\n",
-        roff("The command gets the wrapper's environment without the variables above (REDIS_URL excepted), plus:")
-    ));
-    for (var, what) in [
-        ("REDLOCK_LOCK_KEY", "the lock key (the first, with several --key)"),
-        (
-            "REDLOCK_TOKEN",
-            "the value stored at the key: a 128-bit random token, then host, pid and start time, \
-             then the kind of lock for --shared and --limit",
-        ),
-        (
-            "REDLOCK_FENCE",
-            "the fencing token of this acquisition (the first key's); absent without a lock (--fail-open)",
-        ),
-        ("REDLOCK_TTL_MS", "the lease length in milliseconds"),
-        ("REDLOCK_KEYS", "every key, in the order given, separated by spaces"),
-        ("REDLOCK_FENCES", "every key's fence, in the same order; absent without a lock"),
-    ] {
-        sections.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", roff(var), roff(what)));
-    }
-
-    sections.push_str(".SH EXAMPLES\n");
-    let examples = epilogue.split("Examples:").nth(1).expect("the epilogue has examples");
-    for line in examples.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        // Already roff text (clap escaped it).
-        sections.push_str(&format!(".PP\n{line}\n"));
-    }
-
-    sections.push_str(".SH \"SEE ALSO\"\n");
-    sections.push_str(
-        "\\fBredlock\\-run\\-status\\fR(1), \\fBredlock\\-run\\-release\\fR(1), \\fBflock\\fR(1), \\fBtimeout\\fR(1), \\fBredis\\-server\\fR(1)\n",
-    );
-    no_url_hyphens(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
-}
-
-/// A subcommand's page with its exit statuses and a way back to the main page.
-fn finish_sub_page(page: &str, name: &str) -> String {
-    let statuses: &[(&str, &str)] = match name {
-        "redlock-run-status" => &[
-            ("0", "the lock is held"),
-            ("1", "the lock is free"),
-            ("64", "usage error"),
-            ("69", "Redis unavailable"),
-            ("77", "Redis refused the credentials or the ACL denies a command"),
-            ("78", "configuration error"),
-        ],
-        _ => &[
-            ("0", "the lock was released"),
-            ("1", "there was nothing to release"),
-            ("64", "usage error (also: --force missing)"),
-            ("65", "the key holds another type; it was left alone"),
-            ("69", "Redis unavailable"),
-            ("77", "Redis refused the credentials or the ACL denies a command"),
-            ("78", "configuration error"),
-        ],
-    };
-    let mut sections = String::from(".SH \"EXIT STATUS\"\n");
-    for (code, meaning) in statuses {
-        sections.push_str(&format!(".TP\n\\fB{code}\\fR\n{}\n", roff(meaning)));
-    }
-    sections.push_str(".SH \"SEE ALSO\"\n\\fBredlock\\-run\\fR(1)\n");
-    let page = match page.find(".SH VERSION\n") {
-        Some(at) => format!("{}{sections}{}", &page[..at], &page[at..]),
-        None => format!("{page}{sections}"),
-    };
-    no_url_hyphens(&page)
-}
-
 #[test]
 fn the_man_page_has_the_sections_people_look_for() {
-    let mut man = Vec::new();
-    clap_mangen::Man::new(for_man_page(Cli::command())).render(&mut man).unwrap();
-    let page = finish_main_page(&String::from_utf8(man).unwrap());
+    let page = generate("man");
     for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
         assert!(page.contains(section), "{section}");
     }
@@ -232,7 +130,7 @@ fn the_man_page_has_the_sections_people_look_for() {
     }
     assert!(page.contains("\\fB125\\fR"), "the exit statuses");
     for sub in ["status", "release"] {
-        let page = std::fs::read_to_string(here(&format!("man/redlock-run-{sub}.1"))).unwrap();
+        let page = generate(&format!("man-{sub}"));
         assert!(page.contains(".SH \"EXIT STATUS\"") && page.contains("\\fBredlock\\-run\\fR(1)"), "{sub}");
         assert!(page.contains(&format!("redlock\\-run {sub}")), "{sub}: the synopsis names the real command");
     }

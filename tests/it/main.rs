@@ -2,7 +2,6 @@
 //! Tests), over the shared harness in `support`. Each runs the real binary against real
 //! `redis-server` processes it starts on free loopback ports.
 
-mod completions;
 mod support;
 
 mod access;

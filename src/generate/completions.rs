@@ -12,23 +12,23 @@ use clap::builder::ValueHint;
 use clap::{ArgAction, Command};
 
 /// What a level of the command line (the wrapper, or one subcommand) accepts.
-pub struct Level {
+struct Level {
     /// Empty for the wrapper itself.
-    pub name: String,
-    pub about: String,
-    pub options: Vec<Opt>,
+    name: String,
+    about: String,
+    options: Vec<Opt>,
 }
 
-pub struct Opt {
-    pub short: Option<char>,
-    pub long: Option<String>,
-    pub help: String,
-    pub value: Option<Value>,
-    pub repeats: bool,
+struct Opt {
+    short: Option<char>,
+    long: Option<String>,
+    help: String,
+    value: Option<Value>,
+    repeats: bool,
 }
 
 /// What an option's value can be.
-pub enum Value {
+enum Value {
     /// One of these words (with their descriptions).
     Words(Vec<(String, String)>),
     /// A path.
@@ -37,14 +37,14 @@ pub enum Value {
     Free(String),
 }
 
-pub struct Model {
-    pub bin: String,
-    pub top: Level,
-    pub subs: Vec<Level>,
+pub(super) struct Model {
+    bin: String,
+    top: Level,
+    subs: Vec<Level>,
 }
 
 impl Model {
-    pub fn new(mut cmd: Command) -> Model {
+    pub(super) fn new(mut cmd: Command) -> Model {
         cmd.build();
         let bin = cmd.get_name().to_owned();
         let subs = cmd.get_subcommands().map(|s| level(s, s.get_name())).collect();
@@ -152,9 +152,9 @@ fn sh_quote(text: &str) -> String {
 }
 
 const HEADER: &str =
-    "Generated from the command-line definition (src/cli.rs) by tests/it/generated.rs; do not edit.";
+    "Generated from the command-line definition (src/cli.rs) by `redlock-run --generate`; do not edit.";
 
-pub fn bash(m: &Model) -> String {
+pub(super) fn bash(m: &Model) -> String {
     let stem = m.stem();
     let subs: Vec<&str> = m.subs.iter().map(|s| s.name.as_str()).collect();
     let mut out = format!(
@@ -362,7 +362,7 @@ fn opt_value_name(opt: &Opt) -> String {
     }
 }
 
-pub fn zsh(m: &Model) -> String {
+pub(super) fn zsh(m: &Model) -> String {
     let bin = &m.bin;
     let mut out = format!("#compdef {bin}\n# {HEADER}\n\n_{bin}() {{\n");
     out.push_str(
@@ -423,7 +423,7 @@ fn fish_text(text: &str) -> String {
     format!("'{}'", text.replace('\\', r"\\").replace('\'', r"\'"))
 }
 
-pub fn fish(m: &Model) -> String {
+pub(super) fn fish(m: &Model) -> String {
     let stem = format!("__{}", m.stem());
     let bin = &m.bin;
     let mut out = format!("# fish completion for {bin}\n# {HEADER}\n\n");
