@@ -455,17 +455,17 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     }
 }
 
-/// README § Sentinel's ACL line for a Sentinel user, as written: with it a run finds the
+/// docs/GUIDE.md § Redis deployments' ACL line for a Sentinel user, as written: with it a run finds the
 /// master and follows its switches without a warning; without the channel, the run still works
 /// and a warning says that the Sentinel's news of a failover is not heard.
 #[test]
-fn the_readmes_sentinel_acl_user_is_enough() {
-    let readme = include_str!("../../README.md");
-    let line = readme
+fn the_guides_sentinel_acl_user_is_enough() {
+    let guide = include_str!("../../docs/GUIDE.md");
+    let line = guide
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER") && l.contains("get-master-addr-by-name"))
-        .expect("README § Sentinel has the Sentinel user's ACL line")
+        .expect("docs/GUIDE.md § Redis deployments has the Sentinel user's ACL line")
         .replace("PASSWORD", "Pa55-word");
     let (_redis, sentinel) = secured_sentinel();
     let apply = |line: &str| {
