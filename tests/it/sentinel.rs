@@ -1,4 +1,4 @@
-//! Sentinel (README § Redis deployments): ownership counts only on the master the Sentinels
+//! Sentinel (docs/GUIDE.md § Redis deployments): ownership counts only on the master the Sentinels
 //! name, through a failover; a Sentinel address that is not a Sentinel is a configuration
 //! mistake.
 
@@ -647,8 +647,8 @@ fn sentinel_addresses_are_taken_as_given() {
     assert_eq!(r.code, 64, "the same Sentinel twice: {}", r.stderr);
 }
 
-/// README: when another Sentinel names the master, a mistaken one does not fail the run: it
-/// goes on, with a warning naming the Sentinel that got it wrong.
+/// docs/GUIDE.md § Redis deployments: when another Sentinel names the master, a mistaken one
+/// does not fail the run: it goes on, with a warning naming the Sentinel that got it wrong.
 #[test]
 fn a_mistaken_sentinel_beside_a_good_one_is_warned_about() {
     let redis = RedisServer::start();
