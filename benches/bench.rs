@@ -1,4 +1,4 @@
-//! Whole-process benchmark of redlock-run, side by side with flock(1) in the same run (README §
+//! Whole-process benchmark of redlock-run, side by side with flock(1) in the same run (docs/GUIDE.md §
 //! Performance, BENCHMARKS.md).
 //!
 //!     cargo bench                       # full run, prints a Markdown table

@@ -625,7 +625,7 @@ pub enum LogFormatArg {
 }
 
 /// The parser of an on/off switch set through the environment variable `var`: only the words
-/// the README lists, in any case, so that a typo never turns a switch on (or off) silently.
+/// docs/GUIDE.md lists, in any case, so that a typo never turns a switch on (or off) silently.
 /// Empty is off. (On the command line a switch takes no value.)
 fn switch(var: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone + Send + Sync + 'static {
     move |value| match value.to_ascii_lowercase().as_str() {

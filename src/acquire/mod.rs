@@ -1,4 +1,4 @@
-//! Taking the lock (README § Waiting, outages and once-per-day): try once or wait for a
+//! Taking the lock (docs/GUIDE.md § Waiting, outages and once-per-day): try once or wait for a
 //! release, ride out a Redis outage with backoff, and fail closed — or open, when asked.
 //!
 //! The decisions live in [`machine`], which never touches Redis or a clock; this module feeds

@@ -1,5 +1,6 @@
 //! The stop path: watches the command, the lease and the wrapper's signals, and stops the
-//! command's process group before the lock could expire under it (README § How it works).
+//! command's process group before the lock could expire under it (docs/ARCHITECTURE.md § The lease,
+//! the deadline and the stop path).
 //!
 //! The decisions live in [`machine`], which never touches a real process; this module feeds it
 //! what happens and carries out what it asks for.

@@ -1,4 +1,4 @@
-//! Credentials and least privilege: the ACL line of README § Least-privilege ACL works as
+//! Credentials and least privilege: the ACL line of docs/GUIDE.md § Least-privilege ACL works as
 //! written, denials are 77, and passwords appear in no output.
 
 use std::process::Command;
@@ -8,16 +8,17 @@ use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// The README's least-privilege user, for lock keys matching `lock:*`: the `ACL SETUSER` line
-/// is taken from README.md as written, with PASSWORD replaced.
+/// The guide's least-privilege user, for lock keys matching `lock:*`: the `ACL SETUSER` line
+/// is taken from docs/GUIDE.md as written, with PASSWORD replaced.
 fn least_privilege_user(redis: &RedisServer, password: &str) {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = &readme[readme.find("### Least-privilege ACL").expect("README § Least-privilege ACL")..];
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/GUIDE.md")).unwrap();
+    let section =
+        &guide[guide.find("### Least-privilege ACL").expect("docs/GUIDE.md § Least-privilege ACL")..];
     let line = section
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER"))
-        .expect("README has the ACL line");
+        .expect("the guide has the ACL line");
     let line = line.replace("PASSWORD", password);
     let args: Vec<&[u8]> = line.split_whitespace().map(str::as_bytes).collect();
     redis.cmd::<()>(&args);

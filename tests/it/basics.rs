@@ -481,7 +481,7 @@ fn closed_stdio_is_dev_null_for_the_command_and_the_run_still_works() {
     assert!(!redis.exists(b"lock:closed"), "released");
 }
 
-/// Switches set through the environment take only the words the README lists (any case;
+/// Switches set through the environment take only the words docs/GUIDE.md lists (any case;
 /// empty is off): anything else is a usage error naming the variable, never a silent on.
 #[test]
 fn switches_take_only_the_words_the_readme_lists() {

@@ -1,6 +1,6 @@
 //! A wrapper that dies (SIGKILL, the OOM killer) or cannot act (stopped alone): its guardian
 //! kills the command's group, gives the lock back once nothing of it can run, and never lets
-//! the command outlive the lease (README § What if the wrapper is killed).
+//! the command outlive the lease (docs/GUIDE.md § What the command gets).
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

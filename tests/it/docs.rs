@@ -1,5 +1,5 @@
-//! The README stays true: every recipe's command line runs as written (the job replaced by
-//! `true`, Redis by a test server), and every flag of `--help` is documented.
+//! The README and the guide stay true: every recipe's command line runs as written (the job
+//! replaced by `true`, Redis by a test server), and every flag of `--help` is documented.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -8,22 +8,42 @@ use std::time::Duration;
 use crate::support::*;
 
 const README: &str = include_str!("../../README.md");
+const GUIDE: &str = include_str!("../../docs/GUIDE.md");
 
-/// The `redlock-run …` command lines of the Recipes and Lock kinds sections, one per recipe
-/// line.
+/// The sections whose `redlock-run …` lines run as written, and how many lines each has at
+/// least, so that a recipe moved elsewhere or a heading renamed fails here.
+const RECIPE_SECTIONS: [(&str, &str, &str, usize); 5] = [
+    ("README.md", README, "\n## Recipes", 6),
+    ("docs/GUIDE.md", GUIDE, "\n## Waiting, outages and once-per-day", 3),
+    ("docs/GUIDE.md", GUIDE, "\n## Lock kinds", 3),
+    ("docs/GUIDE.md", GUIDE, "\n## Several keys at once", 1),
+    ("docs/GUIDE.md", GUIDE, "\n## FAQ", 4),
+];
+
+/// The `redlock-run …` command lines of those sections, one per recipe line.
 fn recipe_lines() -> Vec<String> {
-    ["\n## Recipes", "\n## Lock kinds"].iter().flat_map(|heading| section_lines(heading)).collect()
+    RECIPE_SECTIONS
+        .iter()
+        .flat_map(|&(file, text, heading, at_least)| {
+            let lines = section_lines(file, text, heading);
+            assert!(
+                lines.len() >= at_least,
+                "{file} §{heading}: {at_least} recipe lines or more: {lines:#?}"
+            );
+            lines
+        })
+        .collect()
 }
 
-fn section_lines(heading: &str) -> Vec<String> {
-    let start = README.find(heading).unwrap_or_else(|| panic!("README has a {heading} section"));
-    let section = &README[start + 1..];
+fn section_lines(file: &str, text: &str, heading: &str) -> Vec<String> {
+    let start = text.find(heading).unwrap_or_else(|| panic!("{file} has a {heading} section"));
+    let section = &text[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
     section
         .lines()
         .filter_map(|line| {
             let at = line.find("redlock-run ")?;
-            // Not prose: only code lines, which the README indents by four spaces; not the
+            // Not prose: only code lines, which the docs indent by four spaces; not the
             // operator's subcommands shown with their output.
             let command = &line[at..];
             (line.starts_with("    ") && !command.starts_with("redlock-run status"))
@@ -36,7 +56,7 @@ fn section_lines(heading: &str) -> Vec<String> {
 fn every_recipe_runs_as_written() {
     let redis = RedisServer::start();
     let lines = recipe_lines();
-    assert!(lines.len() >= 9, "found the recipes: {lines:#?}");
+    assert!(lines.len() >= 17, "found the recipes: {lines:#?}");
     for line in &lines {
         let (options, _job) = line.split_once(" -- ").unwrap_or_else(|| panic!("a command after --: {line}"));
         // The K8s recipe quotes inside a JSON string; unescape its quotes for the shell.
@@ -63,7 +83,7 @@ fn the_cron_recipes_losers_print_nothing() {
     let redis = RedisServer::start();
     let lines: Vec<String> =
         recipe_lines().into_iter().filter(|l| l.contains("-q --busy-exit-code 0")).collect();
-    assert!(lines.len() >= 3, "found the cron recipes: {lines:#?}");
+    assert!(lines.len() >= 4, "found the cron recipes: {lines:#?}");
     let run_line = |line: &str| {
         let (options, _job) = line.split_once(" -- ").expect("a command after --");
         let dir = tmp();
@@ -113,8 +133,9 @@ fn help_flags() -> BTreeSet<String> {
     flags
 }
 
+/// Every flag is explained where a user reads: in the README or the guide, and in the man pages.
 #[test]
-fn every_flag_in_help_is_in_the_readme_and_the_man_page() {
+fn every_flag_in_help_is_in_the_docs_and_the_man_page() {
     let man: String = ["redlock-run", "redlock-run-status", "redlock-run-release"]
         .iter()
         .map(|page| std::fs::read_to_string(format!("{}/man/{page}.1", env!("CARGO_MANIFEST_DIR"))).unwrap())
@@ -125,23 +146,26 @@ fn every_flag_in_help_is_in_the_readme_and_the_man_page() {
         if flag == "--help" || flag == "--version" {
             continue;
         }
-        assert!(README.contains(flag.as_str()), "{flag} is missing from README.md");
+        assert!(
+            README.contains(flag.as_str()) || GUIDE.contains(flag.as_str()),
+            "{flag} is missing from README.md and docs/GUIDE.md"
+        );
         // roff escapes dashes as \-.
         assert!(man.contains(&flag.replace('-', "\\-")), "{flag} is missing from the man page");
     }
 }
 
-/// README's list of environment variables is complete: every variable `--help` shows is in it.
+/// The guide's list of environment variables is complete: every variable `--help` shows is in it.
 #[test]
-fn every_environment_variable_in_help_is_in_the_readme_list() {
-    let start = README.find("can also be set with an environment variable").expect("the list");
-    let list = &README[start..start + 2000];
+fn every_environment_variable_in_help_is_in_the_guides_list() {
+    let start = GUIDE.find("can also be set with an environment variable").expect("the list");
+    let list = &GUIDE[start..start + 2000];
     let out = Command::new(bin()).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     let vars: BTreeSet<&str> =
         help.split("[env: ").skip(1).filter_map(|rest| rest.split(['=', ']', ',']).next()).collect();
     assert!(vars.len() >= 25 && vars.contains("REDLOCK_NO_NEW_PRIVS"), "{vars:?}");
     for var in vars {
-        assert!(list.contains(&format!("`{var}`")), "{var} is missing from README's list");
+        assert!(list.contains(&format!("`{var}`")), "{var} is missing from docs/GUIDE.md's list");
     }
 }

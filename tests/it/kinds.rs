@@ -1,4 +1,4 @@
-//! The kinds of lock (README § Lock kinds): a semaphore (`--limit N`) admits N holders, shared
+//! The kinds of lock (docs/GUIDE.md § Lock kinds): a semaphore (`--limit N`) admits N holders, shared
 //! runs (`--shared`) hold together and never beside an exclusive run, a queued exclusive run is
 //! not passed by shared runs that come after it, every holder gets its own fence, and runs of
 //! kinds that do not go together are told so (65) instead of changing the limit.

@@ -1,4 +1,5 @@
-//! The lease watchdog and the stop path (README § The lease, the deadline and the stop path):
+//! The lease watchdog and the stop path (docs/ARCHITECTURE.md § The lease, the deadline and
+//! the stop path):
 //! the command never outlives its lock.
 
 use std::process::{Child, Command, Stdio};
@@ -637,7 +638,7 @@ fn the_guardian_outlives_signals_meant_for_every_wrapper() {
     assert!(gone, "the command's group outlived its SIGKILLed wrapper: {:?}", group_members(pgid));
 }
 
-/// README: if the wrapper dies, the kernel kills the command (parent-death signal), even when
+/// docs/GUIDE.md: if the wrapper dies, the kernel kills the command (parent-death signal), even when
 /// nothing else is left to do it (here the guardian was killed first).
 #[test]
 fn the_command_dies_with_its_wrapper_even_without_the_guardian() {
@@ -777,8 +778,8 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
     assert!(gone, "the waiter's command group outlived it: {:?}", group_members(pid));
 }
 
-/// The exec'd guardians of wrapper `wrapper`, by their command line (README § The child
-/// process: `redlock-run: guardian WRAPPER-PID FD`), wherever they were re-parented.
+/// The exec'd guardians of wrapper `wrapper`, by their command line (docs/GUIDE.md § What
+/// the command gets: `redlock-run: guardian WRAPPER-PID FD`), wherever they were re-parented.
 fn execd_guardians_of(wrapper: u32) -> Vec<i32> {
     let prefix = format!("redlock-run: guardian\0{wrapper}\0");
     std::fs::read_dir("/proc")
@@ -793,7 +794,7 @@ fn execd_guardians_of(wrapper: u32) -> Vec<i32> {
 /// The guardian is a process of its own, exec'd anew: it shares no memory with its wrapper (the
 /// OOM killer kills every process that shares the memory of the one it picks, and would take
 /// it along with the wrapper), `ps` names it for what it is, and `pkill redlock-run` finds it.
-/// (A waiting run execs it in every build; see README § The child process.)
+/// (A waiting run execs it in every build; see docs/GUIDE.md § What the command gets.)
 #[test]
 fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
     /// kcmp(2)'s KCMP_VM: 0 when two processes share one address space.

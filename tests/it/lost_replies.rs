@@ -1,6 +1,6 @@
 //! A reply lost after the SET succeeded: the lock is taken in Redis, but the wrapper never
 //! learns it. The command must not start until a retry finds the run's own value and so
-//! confirms ownership (README § How the lock works); if none does, the wrapper takes the lock
+//! confirms ownership (docs/GUIDE.md § How the lock works); if none does, the wrapper takes the lock
 //! back before it gives up.
 
 use std::process::Stdio;

@@ -1,4 +1,4 @@
-//! The behaviour tests: one binary, a module per suite (README and docs/ARCHITECTURE.md §
+//! The behaviour tests: one binary, a module per suite (docs/ARCHITECTURE.md §
 //! Tests), over the shared harness in `support`. Each runs the real binary against real
 //! `redis-server` processes it starts on free loopback ports.
 

@@ -1,4 +1,4 @@
-//! The operator's view (README § Operating it): JSON logs, the metrics file, `status` and
+//! The operator's view (docs/GUIDE.md § Operating it): JSON logs, the metrics file, `status` and
 //! `release --force`.
 
 use std::process::Stdio;

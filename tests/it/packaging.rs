@@ -55,6 +55,7 @@ fn every_declared_file_is_there_and_goes_where_debian_looks() {
         ("completions/_redlock-run", "usr/share/zsh/vendor-completions/_redlock-run"),
         ("completions/redlock-run.fish", "usr/share/fish/vendor_completions.d/redlock-run.fish"),
         ("README.md", "usr/share/doc/redlock-run/"),
+        ("docs/GUIDE.md", "usr/share/doc/redlock-run/docs/GUIDE.md"),
         ("target/deb/changelog.gz", "usr/share/doc/redlock-run/changelog.gz"),
         ("contrib/deb/lintian-overrides", "usr/share/lintian/overrides/redlock-run"),
     ] {

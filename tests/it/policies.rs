@@ -1,4 +1,4 @@
-//! Acquisition policies (README § Waiting, outages and once-per-day): waiting with instant
+//! Acquisition policies (docs/GUIDE.md § Waiting, outages and once-per-day): waiting with instant
 //! handoff, outages, fail-open, --min-hold and --idempotency-key.
 
 use std::process::Stdio;

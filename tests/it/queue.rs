@@ -1,4 +1,4 @@
-//! The fair queue (README § Waiting, outages and once-per-day): waiters on one Redis run in
+//! The fair queue (docs/GUIDE.md § Waiting, outages and once-per-day): waiters on one Redis run in
 //! the order they joined, a run that does not wait is busy while any is queued, a waiter that
 //! dies delays the rest by a bounded time, one that gives up leaves at once, and a handoff
 //! costs a constant number of requests whatever the queue's length. A release hands the lock
@@ -14,7 +14,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 const LIMIT: Duration = Duration::from_secs(60);
-/// The README's bound on the delay a dead waiter causes: its entry's lifetime (1.5 s) plus
+/// The guide's bound on the delay a dead waiter causes: its entry's lifetime (1.5 s) plus
 /// the next waiter's keep-alive period (0.5 s).
 const DEAD_WAITER_BOUND: Duration = Duration::from_secs(2);
 

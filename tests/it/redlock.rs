@@ -1,4 +1,4 @@
-//! Redlock: the lock on a majority of independent masters (README § Redis deployments).
+//! Redlock: the lock on a majority of independent masters (docs/GUIDE.md § Redis deployments).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Sentinel (README § Redis deployments): ownership counts only on the master the Sentinels
+//! Sentinel (docs/GUIDE.md § Redis deployments): ownership counts only on the master the Sentinels
 //! name, through a failover; a Sentinel address that is not a Sentinel is a configuration
 //! mistake.
 
@@ -455,17 +455,17 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     }
 }
 
-/// README § Sentinel's ACL line for a Sentinel user, as written: with it a run finds the
+/// docs/GUIDE.md § Redis deployments' ACL line for a Sentinel user, as written: with it a run finds the
 /// master and follows its switches without a warning; without the channel, the run still works
 /// and a warning says that the Sentinel's news of a failover is not heard.
 #[test]
-fn the_readmes_sentinel_acl_user_is_enough() {
-    let readme = include_str!("../../README.md");
-    let line = readme
+fn the_guides_sentinel_acl_user_is_enough() {
+    let guide = include_str!("../../docs/GUIDE.md");
+    let line = guide
         .lines()
         .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER") && l.contains("get-master-addr-by-name"))
-        .expect("README § Sentinel has the Sentinel user's ACL line")
+        .expect("docs/GUIDE.md § Redis deployments has the Sentinel user's ACL line")
         .replace("PASSWORD", "Pa55-word");
     let (_redis, sentinel) = secured_sentinel();
     let apply = |line: &str| {
@@ -647,8 +647,8 @@ fn sentinel_addresses_are_taken_as_given() {
     assert_eq!(r.code, 64, "the same Sentinel twice: {}", r.stderr);
 }
 
-/// README: when another Sentinel names the master, a mistaken one does not fail the run: it
-/// goes on, with a warning naming the Sentinel that got it wrong.
+/// docs/GUIDE.md § Redis deployments: when another Sentinel names the master, a mistaken one
+/// does not fail the run: it goes on, with a warning naming the Sentinel that got it wrong.
 #[test]
 fn a_mistaken_sentinel_beside_a_good_one_is_warned_about() {
     let redis = RedisServer::start();

@@ -1,4 +1,4 @@
-//! Several keys at once (README § Several keys at once): `--key A --key B` holds every key or
+//! Several keys at once (docs/GUIDE.md § Several keys at once): `--key A --key B` holds every key or
 //! none, taken together in one step, so that there is no order to get wrong and nothing to
 //! deadlock; waiters queue at every key in one order; the loss of any key stops the command.
 //! (Keys in several slots of a Cluster: `tests/topologies.rs`, which has a Cluster.)

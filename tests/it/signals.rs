@@ -1,4 +1,4 @@
-//! Signals, terminals and PID 1 (README § What the command gets, § Interactive use, § Containers
+//! Signals, terminals and PID 1 (docs/GUIDE.md § What the command gets, § Interactive use, § Containers
 //! and Kubernetes): the command gets each signal once, nothing is left behind, and the lock is
 //! released only after the command has exited.
 
@@ -184,7 +184,7 @@ fn sigtstp_suspends_the_command_with_the_wrapper() {
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     assert!(wait_until(Duration::from_secs(2), || process_state(wrapper.id()).as_deref() == Some("T")));
     // `sh` caught in vfork() for `sleep` shows D while its child, stopped before its exec, shows
-    // T: the group is suspended all the same (README § Interactive use).
+    // T: the group is suspended all the same (docs/GUIDE.md § Interactive use).
     let suspended = || match process_state(pid).as_deref() {
         Some("T") => true,
         Some("D") => group_members(pid as i32)

@@ -1,4 +1,4 @@
-//! Beyond one plaintext Redis (README § Redis deployments): TLS, credentials, Unix sockets,
+//! Beyond one plaintext Redis (docs/GUIDE.md § Redis deployments): TLS, credentials, Unix sockets,
 //! Sentinel and Cluster — all on loopback, every server started by the test.
 
 use std::process::{Command, Stdio};

@@ -46,7 +46,7 @@ const SENTINEL_PASSWORD: &str = "sentinel-secret";
 /// The wrappers' ACL user on the data nodes, with a password of its own.
 const LOCKER: &str = "locker";
 const LOCKER_PASSWORD: &str = "locker-secret";
-/// README § Least-privilege ACL, for keys starting with `lock:` (no ROLE: the wrapper skips its
+/// docs/GUIDE.md § Least-privilege ACL, for keys starting with `lock:` (no ROLE: the wrapper skips its
 /// check that the node is a master).
 const LOCKER_ACL: &str = "resetchannels ~lock:* ~{lock:* &lock:* &{lock:* -@all +evalsha +script|load \
      +set +get +type +pttl +pexpire +incr +del +exists +publish +time +zrange +zscore +zadd +zrem +zrank \

@@ -23,8 +23,8 @@ const PROXIED: Timing = Timing { ttl: TTL, renew_every: RENEW_EVERY, kill_grace:
 /// The Sentinel phase: a longer TTL. A forced failover is clean only if the promoted replica's
 /// copy of the key (renewed at most `renew_every` before the promotion) outlives the time until
 /// the wrappers hear of the switch, during which their renewals reach the old master only
-/// (README § Sentinel: an overlap is possible if a failover takes "longer than about `--ttl`
-/// minus `--renew-every`"). Here every Sentinel named the promoted replica 0.1–1.1 s after it
+/// (docs/GUIDE.md § Redis deployments, Sentinel: an overlap is possible if a failover takes
+/// "longer than about `--ttl` minus `--renew-every`"). Here every Sentinel named the promoted replica 0.1–1.1 s after it
 /// answered as a master (they see it in its INFO, asked every second during a failover): with
 /// 3 s − 400 ms that leaves 1.5 s of margin on a loaded machine, against 0.5 s with 2 s.
 const FAILOVER_TIMING: Timing =
@@ -185,7 +185,7 @@ fn soak_with_lock_kinds_never_exceeds_their_holders_outside_data_loss() {
 /// deleted or expired, which loses the lock's last write — each failover waited for until the
 /// demoted master is a replica again. Holders overlap only after a failover whose promoted
 /// replica lacked the lock, and each overlap is bounded by renew-every + kill-grace + 500 ms,
-/// the bound of README § What the lock does not guarantee for a lock lost in Redis (the holder
+/// the bound of docs/GUIDE.md § What the lock does not guarantee for a lock lost in Redis (the holder
 /// notices at its next renewal at the latest, then its command gets up to kill-grace): with
 /// Sentinel the holder renews on the new master as soon as it hears of the switch, which any
 /// waiter that took the lock there needed too (or a Sentinel naming the new master), so

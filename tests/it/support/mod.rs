@@ -478,7 +478,7 @@ pub fn can_unshare(options: &[&str]) -> bool {
 
 /// Starts `cmd` with the signals the wrapper handles at their default disposition, whatever
 /// the test runner inherited (`nohup` ignores SIGHUP; a shell's `&` ignores SIGINT and
-/// SIGQUIT): the wrapper keeps an inherited ignore (README), and the tests must not depend on
+/// SIGQUIT): the wrapper keeps an inherited ignore (docs/GUIDE.md), and the tests must not depend on
 /// how they were started.
 pub fn default_signals(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
