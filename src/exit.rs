@@ -47,7 +47,7 @@ pub const TABLE: [(&str, &str); 12] = [
     ),
     (
         "78",
-        "configuration error: malformed or unsupported Redis URL, a service that does not speak the Redis protocol, a Sentinel given as the Redis URL (or a plain Redis as `--sentinel`, a master name the Sentinels do not know, TLS that cannot work with a `--sentinel`), `--cluster` against a standalone Redis, a database number the server does not have, the system's CA certificates that cannot be loaded (`SSL_CERT_FILE` missing or empty) for a `rediss://` URL without `--tls-ca-file`, an open-file limit (`ulimit -n`) below 64 (out of descriptors a connection would fail as if Redis were unreachable, and `--fail-open` would run the command unlocked)",
+        "configuration error: malformed or unsupported Redis URL, a service that does not speak the Redis protocol, a Sentinel given as the Redis URL (or a plain Redis as `--sentinel`, a master name the Sentinels do not know, TLS that cannot work with a `--sentinel`), `--cluster` against a standalone Redis, a database number the server does not have, the system's CA certificates that cannot be loaded (`SSL_CERT_FILE` missing or empty) for a `rediss://` URL without `--tls-ca-file`, an open-file limit (`ulimit -n`) below 64 (out of descriptors a connection would fail as if Redis were unreachable, and `--fail-open` would run the command unlocked), a `--metrics-file` whose directory does not exist or cannot be written (checked before the lock is taken)",
     ),
     ("124", "the command was stopped by `--max-runtime`"),
     (
