@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How a run ended, as the `outcome` label of `redlock_run_outcome` spells it.
@@ -149,10 +149,7 @@ fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
         gauge(METRIC_SUCCESS, "When a run last succeeded (unix time); kept across failed runs.", &one(at));
     }
 
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    // Not ending in .prom, so the collector never reads a half-written file.
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let tmp = temp_path(path);
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(t.as_bytes())?;
@@ -163,6 +160,30 @@ fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// Where the file is written before it is renamed into place: beside it, so that the rename is
+/// atomic, and not ending in .prom, so that the collector never reads a half-written file.
+fn temp_path(path: &Path) -> PathBuf {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dir.join(format!(".{name}.{}.tmp", std::process::id()))
+}
+
+/// Checks at start that the file can be written at exit: creates and removes the temp file the
+/// write will use, so that whatever would refuse it then (a missing directory, permissions, a
+/// read-only filesystem, an ACL) refuses it now, and checks that the rename can replace `path`.
+pub fn check_writable(path: &Path) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    if path.file_name().is_none() {
+        return Err(Error::new(ErrorKind::InvalidInput, "it names no file"));
+    }
+    if path.is_dir() {
+        return Err(Error::new(ErrorKind::IsADirectory, "it is a directory"));
+    }
+    let tmp = temp_path(path);
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+    std::fs::remove_file(&tmp)
 }
 
 /// The last-success timestamp of the same key in the previous file, if any.
@@ -179,6 +200,22 @@ fn escape_label(value: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    #[test]
+    fn the_start_up_check_refuses_what_the_write_would_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.prom");
+        super::check_writable(&path).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
+        assert!(super::check_writable(&dir.path().join("missing/job.prom")).is_err());
+        assert!(super::check_writable(dir.path()).is_err(), "a directory");
+        assert!(super::check_writable(Path::new("/")).is_err(), "no file name");
+        std::fs::write(&path, "").unwrap();
+        assert!(super::check_writable(&path.join("job.prom")).is_err(), "under a plain file");
+        super::check_writable(&path).unwrap();
+    }
+
     #[test]
     fn label_values_are_escaped() {
         assert_eq!(super::escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");

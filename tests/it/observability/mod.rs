@@ -1,0 +1,4 @@
+//! What a run tells its operator: the log lines it writes and the metrics file it leaves
+//! (README § Logs, § Metrics), a behaviour per file.
+
+mod metrics_path;
