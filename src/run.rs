@@ -129,6 +129,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
+            report.held = Some(acquired.elapsed());
             return Err(e);
         }
     };

@@ -2,3 +2,4 @@
 //! (README § Logs, § Metrics), a behaviour per file.
 
 mod metrics_path;
+mod metrics_series;

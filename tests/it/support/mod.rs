@@ -3,6 +3,7 @@
 
 pub mod fault;
 pub mod oracle;
+pub mod prometheus;
 pub mod sentinel;
 pub mod tls;
 
