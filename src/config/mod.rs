@@ -126,11 +126,11 @@ impl Invocation {
         }
     }
 
-    /// The (first) lock key the invocation is about.
-    pub fn key(&self) -> &[u8] {
+    /// The lock keys the invocation is about, in the order given.
+    pub fn keys(&self) -> &[Vec<u8>] {
         match self {
-            Invocation::Run(c) => &c.key,
-            Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => &keys[0],
+            Invocation::Run(c) => &c.keys,
+            Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => keys,
         }
     }
 

@@ -4,26 +4,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::logs::{event, json_lines, text_lines};
 use crate::support::prometheus::{parse_prometheus, sample};
 use crate::support::*;
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Every stderr line as JSON (the test fails on a line that is not).
-fn json_lines(stderr: &str) -> Vec<Value> {
-    stderr
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
-        .collect()
-}
-
-fn event<'a>(lines: &'a [Value], message: &str) -> &'a Value {
-    lines
-        .iter()
-        .find(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message)))
-        .unwrap_or_else(|| panic!("no {message:?} event in {lines:#?}"))
-}
 
 #[test]
 fn json_logs_carry_the_lifecycle_events() {
@@ -336,17 +322,20 @@ fn release_force_json_says_whose_lock_it_was() {
     assert_eq!((&v["released"], &v["holder"]), (&Value::from(false), &Value::Null));
 }
 
-/// Text logs show the key the same way on every line: escaped bytes, no quotes.
+/// Text logs show the key the same way on every line: its escaped bytes, as a logfmt value
+/// (quoted here, for its space and quotes).
 #[test]
 fn text_logs_show_the_key_alike_on_every_line() {
     let redis = RedisServer::start();
     let r = run(redlock(&redis).args(["-v", "-k", "a\nb \"c\"", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let keys: Vec<&str> = r.stderr.lines().filter_map(|l| l.split(" key=").nth(1)).collect();
-    assert_eq!(keys.len(), 2, "acquired and released: {}", r.stderr);
-    for rest in keys {
-        assert!(rest.starts_with(r#"a\nb \"c\" "#), "{}", r.stderr);
+    let lines = text_lines(&r.stderr);
+    assert_eq!(lines.len(), 2, "acquired and released: {}", r.stderr);
+    for line in lines {
+        let key = line.fields.iter().find(|(n, _)| n == "key").map(|(_, v)| v.as_str());
+        assert_eq!(key, Some(r#"a\nb \"c\""#), "{}", r.stderr);
     }
+    assert!(r.stderr.contains(r#" key="a\\nb \\\"c\\\"" "#), "{}", r.stderr);
 }
 
 /// Every JSON line says it is the wrapper's, so that a collector that merges the command's
@@ -389,7 +378,12 @@ fn a_busy_lock_s_json_error_line_names_the_holder() {
     assert_eq!(error["source"], "redlock-run");
     assert_eq!(error["exit_status"], 75);
     assert_eq!(error["key"], r#"lock:\"busy\""#, "escaped as on every other line");
-    assert_eq!(error["holder"], "web-1 (pid 4711) since 2025-11-30T00:00:00Z");
+    assert_eq!(
+        (&error["holder"]["host"], &error["holder"]["pid"], &error["holder"]["since"]),
+        (&Value::from("web-1"), &Value::from(4711), &Value::from("2025-11-30T00:00:00Z")),
+        "{error}"
+    );
+    assert_eq!(error["foreign_value"], false);
     let left = error["expires_in_ms"].as_u64().unwrap_or_else(|| panic!("expires_in_ms: {error}"));
     assert!(left > 0 && left <= 60_000, "{left}");
 
@@ -404,7 +398,8 @@ fn a_busy_lock_s_json_error_line_names_the_holder() {
     redis.cmd::<()>(&["SET", key, "other"].map(str::as_bytes));
     let (code, lines) = busy(&[]);
     assert_eq!(code, 75);
-    assert_eq!(lines[0]["holder"], "another client (not a redlock-run value)");
+    assert_eq!(lines[0]["holder"], Value::Null, "no redlock-run holder: {}", lines[0]);
+    assert_eq!(lines[0]["foreign_value"], true);
     assert_eq!(lines[0]["expires_in_ms"], Value::Null, "no expiry, no field: {}", lines[0]);
 }
 

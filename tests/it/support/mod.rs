@@ -2,6 +2,7 @@
 //! and bounded waits. Nothing here touches a Redis it did not start.
 
 pub mod fault;
+pub mod logs;
 pub mod oracle;
 pub mod prometheus;
 pub mod sentinel;
