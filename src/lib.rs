@@ -131,10 +131,11 @@ fn room_for_the_runtime() -> std::io::Result<()> {
 /// busy lock, the key that was busy, its holder (as `status --json` shows one) and time left.
 fn report(e: exit::Error, format: config::LogFormat) -> ExitCode {
     let exit_status = e.code();
-    let json = |present: bool| present && format == config::LogFormat::Json;
     match &e {
         exit::Error::Busy { key, holder, queued, expires_in, .. } => {
-            let h = holder.as_ref().filter(|_| json(true));
+            // The holder's members as `status --json` shows them (`holder_json`), in JSON only:
+            // the text line's message says who it is.
+            let h = holder.as_ref().and_then(|h| format.json_only(h));
             let since = h.map(|h| lock::rfc3339_ms(h.since_ms));
             tracing::error!(
                 exit_status = format.json_only(exit_status),
@@ -150,7 +151,7 @@ fn report(e: exit::Error, format: config::LogFormat) -> ExitCode {
                     _ => None,
                 }),
                 foreign_value = format.json_only(holder.is_none() && !queued),
-                queued = json(*queued).then_some(true),
+                queued = format.json_only(true).filter(|_| *queued),
                 expires_in_ms = expires_in.and_then(|d| format.json_only(d.as_millis() as u64)),
                 "{e}"
             );
