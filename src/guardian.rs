@@ -504,7 +504,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
             let released = tokio::time::timeout(Duration::from_secs(3), lock.release(keep, false)).await;
             let handed = matches!(released, Ok(Ok(Released::Deleted | Released::Kept)));
             return tracing::warn!(
-                    "the wrapper (pid {wrapper}) died before its command started; its place in the queue{} given back",
+                "the wrapper (pid {wrapper}) died before its command started; its place in the queue{} given back",
                 if handed { " and the lock handed to it were" } else { " was" }
             );
         }
