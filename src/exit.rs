@@ -74,12 +74,19 @@ pub enum Error {
     Permission(String),
     #[error("{0}")]
     Config(String),
-    /// The lock is held by someone else; carries who holds it (`host (pid N) since …`, or that
-    /// the value is not a redlock-run one), its time left (`None`: it never expires) and the
-    /// status to exit with (`--busy-exit-code`).
+    /// The lock is held by someone else; carries who holds it (`None`: a value redlock-run did
+    /// not write), or with `queued`, the run queued first that this one must let go first; its
+    /// time left (`None`: it never expires) and the status to exit with (`--busy-exit-code`).
+    /// `key`: the busy one (of several, the first that was). All for the JSON error line.
     #[error("{message}")]
-    /// `key`: the busy one (of several, the first that was), for the JSON error line.
-    Busy { message: String, key: String, holder: String, expires_in: Option<Duration>, code: u8 },
+    Busy {
+        message: String,
+        key: String,
+        holder: Option<Box<crate::lock::Holder>>,
+        queued: bool,
+        expires_in: Option<Duration>,
+        code: u8,
+    },
     #[error("cannot run {command}: {reason}")]
     Spawn { command: String, reason: String, code: u8 },
     /// A signal arrived before the command was started.

@@ -457,7 +457,11 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
         return ExitCode::from(status::INTERNAL);
     };
     let _log = crate::logging::init(ticket.output);
-    let key = ticket.keys[0].escape_ascii().to_string();
+    // Its lines are about the dead wrapper's run: its keys, and its holder as the value says.
+    crate::logging::about_keys(&ticket.keys);
+    if let Some(holder) = crate::lock::Holder::parse(ticket.value.as_bytes()) {
+        crate::logging::about_holder(&holder.host, holder.pid, holder.token_prefix());
+    }
     let names = ticket.keys.iter().map(|k| show_key(k)).collect::<Vec<_>>().join(", ");
     let wrapper = job.wrapper;
     let why = match job.verdict {
@@ -470,7 +474,6 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
     };
     if let Some(why) = why {
         tracing::error!(
-            key = %key,
             "the wrapper (pid {wrapper}) died and {why}: the lock on {names} was NOT released and expires by \
              itself within --ttl ({})",
             humantime::format_duration(ticket.ttl)
@@ -483,11 +486,11 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
     runtime.block_on(async {
         let nodes = match ticket.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>() {
             Ok(nodes) => nodes,
-            Err(e) => return tracing::error!(key = %key, "the wrapper (pid {wrapper}) died; {e}"),
+            Err(e) => return tracing::error!("the wrapper (pid {wrapper}) died; {e}"),
         };
         let mut lock = match Lock::new(nodes, &ticket.keys, ticket.ttl, None, ticket.kind) {
             Ok(lock) => lock.adopt(ticket.value.clone()),
-            Err(f) => return tracing::error!(key = %key, "the wrapper (pid {wrapper}) died; {f}"),
+            Err(f) => return tracing::error!("the wrapper (pid {wrapper}) died; {f}"),
         };
         lock.hand_over_for(ticket.grant);
         let now = Instant::now();
@@ -501,17 +504,15 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
             let released = tokio::time::timeout(Duration::from_secs(3), lock.release(keep, false)).await;
             let handed = matches!(released, Ok(Ok(Released::Deleted | Released::Kept)));
             return tracing::warn!(
-                key = %key,
                 "the wrapper (pid {wrapper}) died before its command started; its place in the queue{} given back",
                 if handed { " and the lock handed to it were" } else { " was" }
             );
         }
         tracing::warn!(
-            key = %key,
             "the wrapper (pid {wrapper}) died; its command's processes were killed and are all gone, so the \
              lock on {names} is released now"
         );
-        crate::release::release(&mut lock, &key, keep, false, acquired, None).await;
+        crate::release::release(&mut lock, keep, false, acquired, None).await;
     });
     ExitCode::from(0)
 }

@@ -60,17 +60,16 @@ pub fn main() -> ExitCode {
                 verbosity: config::Verbosity::Normal,
                 format: config::LogFormat::Text,
             });
-            return report(e, None, config::LogFormat::Text);
+            return report(e, config::LogFormat::Text);
         }
     };
     let output = invocation.output();
     let _log = logging::init(output);
+    logging::about_keys(invocation.keys());
+    let fail = |e| report(e, output.format);
     if let Err(e) = sys::enough_descriptors() {
-        return report(e, None, output.format);
+        return fail(e);
     }
-    // As the run's other events show it: escaped bytes, no quotes.
-    let key = invocation.key().escape_ascii().to_string();
-    let fail = |e| report(e, Some(&key), output.format);
     if let Err(e) = room_for_the_runtime() {
         return fail(exit::Error::Internal(anyhow::anyhow!(
             "no descriptors left to start with ({e}): nearly all of the open-file limit (ulimit -n) \
@@ -131,23 +130,38 @@ fn room_for_the_runtime() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The error line for a status the wrapper chose. A text line is the message alone; a JSON line
-/// also carries the status, the key and, for a busy lock, its holder and time left.
-fn report(e: exit::Error, key: Option<&str>, format: config::LogFormat) -> ExitCode {
+/// The error line for a status the wrapper chose. A text line is the message alone (and, as
+/// every line, what it is about: `logging`); a JSON line also carries the status and, for a
+/// busy lock, the key that was busy, its holder (as `status --json` shows one) and time left.
+fn report(e: exit::Error, format: config::LogFormat) -> ExitCode {
     let exit_status = e.code();
-    let (key, holder, expires_in) = match &e {
-        exit::Error::Busy { key, holder, expires_in, .. } => {
-            (Some(key.as_str()), Some(holder.as_str()), *expires_in)
+    match &e {
+        exit::Error::Busy { key, holder, queued, expires_in, .. } => {
+            // The holder's members as `status --json` shows them (`holder_json`), in JSON only:
+            // the text line's message says who it is.
+            let h = holder.as_ref().and_then(|h| format.json_only(h));
+            let since = h.map(|h| lock::rfc3339_ms(h.since_ms));
+            tracing::error!(
+                exit_status = format.json_only(exit_status),
+                key = format.json_only(key.as_str()),
+                holder.host = h.map(|h| h.host.as_str()),
+                holder.pid = h.map(|h| h.pid),
+                holder.since = since.as_deref(),
+                holder.since_unix_ms = h.map(|h| h.since_ms),
+                holder.token_prefix = h.map(|h| h.token_prefix()),
+                holder.kind = h.map(|h| h.kind.name()),
+                holder.limit = h.and_then(|h| match h.kind {
+                    lock::Kind::Limit(n) => Some(n),
+                    _ => None,
+                }),
+                foreign_value = format.json_only(holder.is_none() && !queued),
+                queued = format.json_only(true).filter(|_| *queued),
+                expires_in_ms = expires_in.and_then(|d| format.json_only(d.as_millis() as u64)),
+                "{e}"
+            );
         }
-        _ => (key, None, None),
-    };
-    tracing::error!(
-        exit_status = format.json_only(exit_status),
-        key = key.and_then(|k| format.json_only(k)),
-        holder = holder.and_then(|h| format.json_only(h)),
-        expires_in_ms = expires_in.and_then(|d| format.json_only(d.as_millis() as u64)),
-        "{e}"
-    );
+        _ => tracing::error!(exit_status = format.json_only(exit_status), "{e}"),
+    }
     ExitCode::from(exit_status)
 }
 

@@ -1,5 +1,15 @@
 //! Diagnostics on stderr through `tracing`. stdout belongs to the command.
 //!
+//! Every line carries who it is about: the key(s), and this run's holder identity (host, pid,
+//! token prefix) and fence as soon as they exist. They are set once each ([`about_keys`],
+//! [`about_holder`], [`about_fences`]) and added to every event by the formatter, so no event
+//! has to repeat them, and a field an event gives itself wins over the same one here. One
+//! line is either text — `redlock-run: level: message` followed by logfmt fields, each value
+//! quoted (`"`, `\` and control characters escaped) exactly when it needs to be — or one JSON
+//! object; both are written from the same fields, here and nowhere else. A dotted field name
+//! (`holder.host`) is a member of an object in JSON (`"holder":{"host":…}`) and stays as it is
+//! in logfmt.
+//!
 //! Lines are handed to a writer thread through a bounded queue and dropped when it is full, so
 //! that a stderr nobody reads (a full pipe) can never block the watchdog. (tracing-appender's
 //! non-blocking writer would do, but on a stuck stderr its shutdown prints to stdout.) The thread
@@ -12,8 +22,9 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::{self, Format, FormatEvent, FormatFields, JsonFields, Writer};
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -23,9 +34,6 @@ use crate::config::{LogFormat, Output, Verbosity};
 const QUEUE: usize = 1024;
 /// How long the wrapper waits at exit for queued lines to reach stderr.
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
-/// Opens every JSON line: a collector that merges the command's output with the wrapper's can
-/// tell the wrapper's lines apart.
-const JSON_SOURCE: &str = r#"{"source":"redlock-run","#;
 
 /// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
 pub fn init(output: Output) -> Guard {
@@ -36,22 +44,13 @@ pub fn init(output: Output) -> Guard {
         Verbosity::Debug => Level::DEBUG,
     };
     let queue = Queue(Arc::new(OnceLock::new()));
-    let builder = tracing_subscriber::fmt().with_writer(queue.clone()).with_max_level(level).with_ansi(false);
-    let installed = match output.format {
-        LogFormat::Text => builder.event_format(Text).try_init(),
-        LogFormat::Json => builder
-            .fmt_fields(JsonFields::new())
-            .event_format(Json(
-                format::format()
-                    .json()
-                    .flatten_event(true)
-                    .with_target(false)
-                    .with_current_span(false)
-                    .with_span_list(false),
-            ))
-            .try_init(),
-    }
-    .is_ok();
+    let installed = tracing_subscriber::fmt()
+        .with_writer(queue.clone())
+        .with_max_level(level)
+        .with_ansi(false)
+        .event_format(Lines(output.format))
+        .try_init()
+        .is_ok();
     Guard { queue: installed.then_some(queue) }
 }
 
@@ -179,52 +178,311 @@ impl Drop for Line {
     }
 }
 
-/// `redlock-run: warning: message field=value …`, one line per event.
-struct Text;
+/// What every line is about, set once each as it becomes known; read by the formatter without
+/// a lock.
+static ABOUT: About = About { keys: OnceLock::new(), holder: OnceLock::new(), fences: OnceLock::new() };
 
-impl<S, N> FormatEvent<S, N> for Text
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let level = match *event.metadata().level() {
-            Level::ERROR => "error",
-            Level::WARN => "warning",
-            Level::INFO => "info",
-            Level::DEBUG => "debug",
-            Level::TRACE => "trace",
-        };
-        write!(writer, "redlock-run: {level}: ")?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
+struct About {
+    keys: OnceLock<Vec<Pair>>,
+    holder: OnceLock<Vec<Pair>>,
+    fences: OnceLock<Vec<Pair>>,
+}
+
+impl About {
+    fn pairs(&self) -> impl Iterator<Item = &Pair> {
+        [&self.keys, &self.holder, &self.fences].into_iter().filter_map(OnceLock::get).flatten()
     }
 }
 
-/// One object per line: `{"source":"redlock-run","timestamp":…,"level":…,"message":…,
-/// fields…}`; tracing-subscriber's JSON with the wrapper's name put first.
-struct Json(Format<format::Json>);
+/// The lines are about these keys: `key` (the first, escaped bytes, as everywhere), and with
+/// several, `keys` (all of them, separated by spaces, as `REDLOCK_KEYS` gives them).
+pub fn about_keys(keys: &[Vec<u8>]) {
+    let Some(first) = keys.first() else { return };
+    let mut pairs = vec![Pair::new("key", Value::Str(first.escape_ascii().to_string()))];
+    if keys.len() > 1 {
+        let all = keys.iter().map(|k| k.escape_ascii().to_string()).collect::<Vec<_>>().join(" ");
+        pairs.push(Pair::new("keys", Value::Str(all)));
+    }
+    let _ = ABOUT.keys.set(pairs);
+}
 
-impl<S, N> FormatEvent<S, N> for Json
+/// The lines are about this holder of the lock: the host and pid its value names, and the
+/// token's short prefix (never the token itself: README § Logs).
+pub fn about_holder(host: &str, pid: u32, token_prefix: &str) {
+    let _ = ABOUT.holder.set(vec![
+        Pair::new("host", Value::Str(host.to_owned())),
+        Pair::new("pid", Value::U64(pid.into())),
+        Pair::new("token", Value::Str(token_prefix.to_owned())),
+    ]);
+}
+
+/// The lock was acquired with these fences (one a key): `fence` (the first key's), and with
+/// several keys, `fences` (as `REDLOCK_FENCES` gives them).
+pub fn about_fences(fences: &[i64]) {
+    let Some(first) = fences.first() else { return };
+    let mut pairs = vec![Pair::new("fence", Value::I64(*first))];
+    if fences.len() > 1 {
+        let all = fences.iter().map(i64::to_string).collect::<Vec<_>>().join(" ");
+        pairs.push(Pair::new("fences", Value::Str(all)));
+    }
+    let _ = ABOUT.fences.set(pairs);
+}
+
+enum Value {
+    Str(String),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    Bool(bool),
+}
+
+struct Pair {
+    name: &'static str,
+    value: Value,
+}
+
+impl Pair {
+    fn new(name: &'static str, value: Value) -> Self {
+        Pair { name, value }
+    }
+}
+
+/// An event's message and fields, in the order given.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    pairs: Vec<Pair>,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // `%value` and the message arrive here, formatted by Display.
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        } else {
+            self.pairs.push(Pair::new(field.name(), Value::Str(format!("{value:?}"))));
+        }
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.pairs.push(Pair::new(field.name(), Value::Str(value.to_owned())));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.pairs.push(Pair::new(field.name(), Value::I64(value)));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.pairs.push(Pair::new(field.name(), Value::U64(value)));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.pairs.push(Pair::new(field.name(), Value::F64(value)));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.pairs.push(Pair::new(field.name(), Value::Bool(value)));
+    }
+}
+
+impl Fields {
+    /// The event's own fields, then what the lines are about, less what the event says itself.
+    fn all<'a>(&'a self, about: &'a About) -> impl Iterator<Item = &'a Pair> {
+        let own = |name: &str| self.pairs.iter().any(|p| p.name == name);
+        self.pairs.iter().chain(about.pairs().filter(move |p| !own(p.name)))
+    }
+}
+
+/// One line per event, in the format `--log-format` chose.
+struct Lines(LogFormat);
+
+impl<S, N> FormatEvent<S, N> for Lines
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(
         &self,
-        ctx: &FmtContext<'_, S, N>,
+        _: &FmtContext<'_, S, N>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
-        let mut line = String::with_capacity(160);
-        self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        // The object always has a timestamp and a level, so a comma may follow the new field.
-        let rest = line.strip_prefix('{').ok_or(fmt::Error)?;
-        write!(writer, "{JSON_SOURCE}{rest}")
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let level = *event.metadata().level();
+        let line = match self.0 {
+            LogFormat::Text => text_line(level, &fields, &ABOUT),
+            LogFormat::Json => json_line(level, &fields, &ABOUT),
+        };
+        writer.write_str(&line)
+    }
+}
+
+/// `redlock-run: warning: message field=value …`: the message as it is (control characters
+/// escaped, so that an event is always one line), then logfmt fields.
+fn text_line(level: Level, fields: &Fields, about: &About) -> String {
+    use fmt::Write as _;
+    let level = match level {
+        Level::ERROR => "error",
+        Level::WARN => "warning",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "trace",
+    };
+    let mut line = String::with_capacity(160);
+    let _ = write!(line, "redlock-run: {level}: ");
+    for c in fields.message.chars() {
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    for pair in fields.all(about) {
+        let _ = write!(line, " {}=", pair.name);
+        match &pair.value {
+            Value::Str(s) => logfmt_value(&mut line, s),
+            Value::I64(n) => {
+                let _ = write!(line, "{n}");
+            }
+            Value::U64(n) => {
+                let _ = write!(line, "{n}");
+            }
+            Value::F64(n) => {
+                let _ = write!(line, "{n}");
+            }
+            Value::Bool(b) => {
+                let _ = write!(line, "{b}");
+            }
+        }
+    }
+    line.push('\n');
+    line
+}
+
+/// A logfmt value: as it is when it has no space, `=`, quote, backslash or control character
+/// and is not empty; otherwise quoted, with quotes and backslashes escaped by a backslash and
+/// control characters as `\n`, `\t`, `\u{1b}`.
+fn logfmt_value(line: &mut String, value: &str) {
+    let plain = !value.is_empty()
+        && !value.chars().any(|c| c == ' ' || c == '=' || c == '"' || c == '\\' || c.is_control());
+    if plain {
+        line.push_str(value);
+        return;
+    }
+    line.push('"');
+    for c in value.chars() {
+        match c {
+            '"' | '\\' => {
+                line.push('\\');
+                line.push(c);
+            }
+            c if c.is_control() => line.extend(c.escape_default()),
+            c => line.push(c),
+        }
+    }
+    line.push('"');
+}
+
+/// `{"source":"redlock-run","timestamp":…,"level":…,"message":…,fields…}`: the wrapper's name
+/// first, so that a collector that merges the command's output with the wrapper's can tell
+/// the wrapper's lines apart.
+fn json_line(level: Level, fields: &Fields, about: &About) -> String {
+    use serde_json::Value as Json;
+    let mut members: Vec<(&str, Json)> = Vec::new();
+    for pair in fields.all(about) {
+        let value = match &pair.value {
+            Value::Str(s) => Json::from(s.as_str()),
+            Value::I64(n) => Json::from(*n),
+            Value::U64(n) => Json::from(*n),
+            Value::F64(n) => Json::from(*n),
+            Value::Bool(b) => Json::from(*b),
+        };
+        match pair.name.split_once('.') {
+            Some((object, member)) => {
+                let at = match members.iter().position(|(name, v)| *name == object && v.is_object()) {
+                    Some(at) => at,
+                    None => {
+                        members.push((object, Json::Object(Default::default())));
+                        members.len() - 1
+                    }
+                };
+                if let Json::Object(map) = &mut members[at].1 {
+                    map.insert(member.to_owned(), value);
+                }
+            }
+            None => members.push((pair.name, value)),
+        }
+    }
+    let timestamp = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+    let mut line = format!(
+        r#"{{"source":"redlock-run","timestamp":"{timestamp}","level":"{level}","message":{}"#,
+        Json::from(fields.message.as_str())
+    );
+    for (name, value) in members {
+        line.push(',');
+        line.push_str(&Json::from(name).to_string());
+        line.push(':');
+        line.push_str(&value.to_string());
+    }
+    line.push_str("}\n");
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(message: &str, pairs: Vec<Pair>) -> Fields {
+        Fields { message: message.to_owned(), pairs }
+    }
+
+    fn about() -> About {
+        let about = About { keys: OnceLock::new(), holder: OnceLock::new(), fences: OnceLock::new() };
+        let _ = about.keys.set(vec![Pair::new("key", Value::Str(r#"a\nb "c" \xff"#.into()))]);
+        let _ = about.fences.set(vec![Pair::new("fence", Value::I64(17))]);
+        about
+    }
+
+    #[test]
+    fn logfmt_values_are_quoted_when_they_need_it_and_always_alike() {
+        let one = |v: &str| {
+            let mut s = String::new();
+            logfmt_value(&mut s, v);
+            s
+        };
+        assert_eq!(one("lock:json"), "lock:json");
+        assert_eq!(one(""), r#""""#);
+        assert_eq!(one("a b"), r#""a b""#);
+        assert_eq!(one("a=b"), r#""a=b""#);
+        assert_eq!(one(r#"say "hi"\"#), r#""say \"hi\"\\""#);
+        assert_eq!(one("a\nb\u{1b}"), r#""a\nb\u{1b}""#);
+    }
+
+    #[test]
+    fn a_text_line_is_the_message_then_the_event_s_fields_then_what_it_is_about() {
+        let f = fields("released\nfake", vec![Pair::new("outcome", Value::Str("released".into()))]);
+        assert_eq!(
+            text_line(Level::INFO, &f, &about()),
+            "redlock-run: info: released\\nfake outcome=released key=\"a\\\\nb \\\"c\\\" \\\\xff\" fence=17\n"
+        );
+        let own = fields("m", vec![Pair::new("key", Value::Str("other".into()))]);
+        assert_eq!(text_line(Level::WARN, &own, &about()), "redlock-run: warning: m key=other fence=17\n");
+    }
+
+    #[test]
+    fn a_json_line_nests_dotted_names_and_carries_what_it_is_about() {
+        let f = fields(
+            "busy",
+            vec![
+                Pair::new("exit_status", Value::U64(75)),
+                Pair::new("holder.host", Value::Str("web-1".into())),
+                Pair::new("holder.pid", Value::U64(4711)),
+            ],
+        );
+        let line = json_line(Level::ERROR, &f, &about());
+        assert!(line.starts_with(r#"{"source":"redlock-run","timestamp":""#), "{line}");
+        assert!(line.ends_with("}\n"));
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["level"], "ERROR");
+        assert_eq!(v["message"], "busy");
+        assert_eq!(v["holder"], serde_json::json!({"host": "web-1", "pid": 4711}));
+        assert_eq!(v["key"], r#"a\nb "c" \xff"#);
+        assert_eq!(v["fence"], 17);
     }
 }

@@ -19,7 +19,6 @@ const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 /// of exit status: the key then expires by itself within the TTL.
 pub async fn release(
     lock: &mut Lock,
-    key: &str,
     keep: Duration,
     succeeded: bool,
     acquired: Instant,
@@ -31,22 +30,14 @@ pub async fn release(
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
             Ok(Ok(Released::Deleted)) => {
-                return tracing::info!(key = %key, outcome = "released", held_ms, command_status, "released");
+                return tracing::info!(outcome = "released", held_ms, command_status, "released");
             }
             Ok(Ok(Released::Kept)) => {
                 let keep_ms = keep.as_millis() as u64;
-                return tracing::info!(
-                    key = %key,
-                    outcome = "kept",
-                    held_ms,
-                    keep_ms,
-                    command_status,
-                    "released"
-                );
+                return tracing::info!(outcome = "kept", held_ms, keep_ms, command_status, "released");
             }
             Ok(Ok(Released::NotOurs)) => {
                 return tracing::warn!(
-                    key = %key,
                     outcome = "not-owner",
                     held_ms,
                     command_status,
@@ -66,7 +57,6 @@ pub async fn release(
         }
     }
     tracing::warn!(
-        key = %key,
         outcome = "unknown",
         held_ms = acquired.elapsed().as_millis() as u64,
         command_status,

@@ -12,7 +12,8 @@ use crate::child::{Child, LockEnv};
 use crate::config::{Config, OnLost};
 use crate::exit::Error;
 use crate::guardian::{Guard, Ticket};
-use crate::lock::{Conn, Handover, Lock, Success};
+use crate::lock::{Conn, Handover, Holder, Lock, Success};
+use crate::logging;
 use crate::metrics::{self, Outcome as RunOutcome, Report};
 use crate::release::release;
 use crate::renew::Renewer;
@@ -46,15 +47,20 @@ pub async fn run(config: Config) -> Result<u8, Error> {
 async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
-    if nodes.len() > 1 && (nodes.len() < 3 || nodes.len() % 2 == 0) {
-        tracing::warn!(
-            nodes = nodes.len(),
-            "Redlock over {} nodes: use an odd number, at least 3, so that a majority survives a failure",
-            nodes.len()
-        );
-    }
+    let redlock_nodes = nodes.len();
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
+    // From here on every line names this run's holder, as its value in Redis does.
+    if let Some(holder) = Holder::parse(lock.value().as_bytes()) {
+        logging::about_holder(&holder.host, holder.pid, lock.token_prefix());
+    }
+    if redlock_nodes > 1 && (redlock_nodes < 3 || redlock_nodes % 2 == 0) {
+        tracing::warn!(
+            nodes = redlock_nodes,
+            "Redlock over {redlock_nodes} nodes: use an odd number, at least 3, so that a majority survives \
+             a failure"
+        );
+    }
     let grant = Handover::grant(config.kill_grace, config.ttl);
     lock.hand_over_for(grant);
     let mut guard = Guard::new(&Ticket {
@@ -72,8 +78,6 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     if sys::CHEAP_EXEC {
         guard.start();
     }
-    // The key as a log field: escaped bytes, no quotes.
-    let key = config.key.escape_ascii().to_string();
     // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
     let json_only = |code| config.output.format.json_only(code);
 
@@ -87,7 +91,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
         Outcome::AlreadyDone { record } => {
             let done = already_done(config, &record);
-            tracing::warn!(key = %key, reason = "already-succeeded", "skipped: {done}");
+            tracing::warn!(reason = "already-succeeded", "skipped: {done}");
             report.outcome = Some(RunOutcome::Skipped);
             return Ok(0);
         }
@@ -102,10 +106,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     // guardian still stops the command by the lease deadline.
     guard.acquired(acquired);
     guard.lease_ends((config.on_lost == OnLost::Terminate).then(|| lease.deadline()));
+    logging::about_fences(&fences);
     tracing::info!(
-        key = %key,
-        fence,
-        token = lock.token_prefix(),
         kind = config.kind.name(),
         wait_ms = (acquired - wait_started).as_millis() as u64,
         handed_over = handed_over.then_some(true),
@@ -128,7 +130,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            release(&mut lock, &key, Duration::ZERO, false, acquired, None).await;
+            release(&mut lock, Duration::ZERO, false, acquired, None).await;
+            report.held = Some(acquired.elapsed());
             return Err(e);
         }
     };
@@ -159,25 +162,22 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
             )
         };
         tracing::error!(
-            key = %key,
             exit_status = json_only(ended.code),
             "the command could not be stopped: processes of its group still run; {lock_state}"
         );
     } else {
-        release(&mut lock, &key, keep, ended.code == 0, acquired, ended.command_code).await;
+        release(&mut lock, keep, ended.code == 0, acquired, ended.command_code).await;
     }
 
     // A status the wrapper chose gets one error line, even with -q.
     match ended.stopped {
         _ if ended.survivors => {}
         Some(StopReason::MaxRuntime) => tracing::error!(
-            key = %key,
             exit_status = json_only(ended.code),
             "the command was stopped after --max-runtime ({})",
             humantime::format_duration(config.max_runtime.unwrap_or_default())
         ),
         Some(StopReason::LeaseLost) => tracing::error!(
-            key = %key,
             exit_status = json_only(ended.code),
             "the command was stopped: the lock was lost or could not be confirmed before its deadline"
         ),
@@ -206,7 +206,6 @@ async fn run_unlocked(
     mut guard: Guard,
 ) -> Result<u8, Error> {
     tracing::error!(
-        key = %config.key.escape_ascii(),
         "RUNNING WITHOUT A LOCK (--fail-open): Redis is unreachable ({reason}); \
          another host may run this command at the same time"
     );
@@ -224,10 +223,8 @@ async fn run_unlocked(
     let mut child = Child::spawn(&config.command, &env, guard, signals.take_child_exits())?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
-        let format = config.output.format;
         tracing::error!(
-            key = format.json_only(tracing::field::display(config.key.escape_ascii())),
-            exit_status = format.json_only(ended.code),
+            exit_status = config.output.format.json_only(ended.code),
             "the command could not be stopped: processes of its group still run"
         );
     }

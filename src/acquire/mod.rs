@@ -231,7 +231,8 @@ fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
             return Error::Busy {
                 message,
                 key: busy_key,
-                holder: format!("queued: {who}"),
+                holder: Holder::parse(first).map(Box::new),
+                queued: true,
                 expires_in: None,
                 code: config.busy_exit_code,
             };
@@ -261,7 +262,8 @@ fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
     Error::Busy {
         message: format!("lock {name} is {state}: {held}; {left}"),
         key: busy_key,
-        holder: who,
+        holder: Holder::parse(holder).map(Box::new),
+        queued: false,
         expires_in: pttl,
         code: config.busy_exit_code,
     }

@@ -126,11 +126,11 @@ impl Invocation {
         }
     }
 
-    /// The (first) lock key the invocation is about.
-    pub fn key(&self) -> &[u8] {
+    /// The lock keys the invocation is about, in the order given.
+    pub fn keys(&self) -> &[Vec<u8>] {
         match self {
-            Invocation::Run(c) => &c.key,
-            Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => &keys[0],
+            Invocation::Run(c) => &c.keys,
+            Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => keys,
         }
     }
 
@@ -297,6 +297,10 @@ impl Config {
             }
         }
 
+        if let Some(path) = &cli.metrics_file {
+            metrics_file_writable(path)?;
+        }
+
         Ok(Config {
             key,
             keys,
@@ -348,6 +352,20 @@ fn kind(cli: &Cli) -> Result<Kind, Error> {
         (true, None) => Kind::Shared,
         (false, None | Some(1)) => Kind::Exclusive,
         (false, Some(n)) => Kind::Limit(n),
+    })
+}
+
+/// `--metrics-file` is written at exit, after the command ran: a path that cannot take it is
+/// refused now, before the lock is taken, rather than warned about then (an alert on the last
+/// success would silently never fire).
+fn metrics_file_writable(path: &std::path::Path) -> Result<(), Error> {
+    crate::metrics::check_writable(path).map_err(|e| {
+        let source = crate::cli::value_from_variable("--metrics-file").unwrap_or("--metrics-file".into());
+        Error::Config(format!(
+            "{source} {}: cannot write the metrics file there ({e}); give a path in an existing, \
+             writable directory",
+            path.display()
+        ))
     })
 }
 

@@ -129,7 +129,7 @@ const MATRIX: &[Case] = &[
     case("malformed URL", Url("redis://[::1"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
     case("unsupported URL scheme", Url("foo://bar"), Plain, &[], RUNS, 78, Wrapper("--redis-url")),
     case("--max-runtime", Direct, Plain, &["--max-runtime", "300ms"], Sh("sleep 30"),
-         124, Stopped("reason=\"--max-runtime\"")),
+         124, Stopped("reason=--max-runtime")),
     case("lease lost: key deleted", Direct, DeletedMidRun, &["--ttl", "1s"], Sh("sleep 30"),
          125, Stopped("lock lost")),
     case("lease unconfirmed: Redis cut off", Proxied, BlackholedMidRun, &["--ttl", "1s"], Sh("sleep 30"),

@@ -13,6 +13,7 @@ mod generated;
 mod kinds;
 mod lease;
 mod lost_replies;
+mod observability;
 mod operators;
 mod packaging;
 mod policies;

@@ -4,25 +4,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::support::logs::{event, json_lines, text_lines};
+use crate::support::prometheus::{parse_prometheus, sample};
 use crate::support::*;
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Every stderr line as JSON (the test fails on a line that is not).
-fn json_lines(stderr: &str) -> Vec<Value> {
-    stderr
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l:?}")))
-        .collect()
-}
-
-fn event<'a>(lines: &'a [Value], message: &str) -> &'a Value {
-    lines
-        .iter()
-        .find(|l| l["message"].as_str().is_some_and(|m| m.starts_with(message)))
-        .unwrap_or_else(|| panic!("no {message:?} event in {lines:#?}"))
-}
 
 #[test]
 fn json_logs_carry_the_lifecycle_events() {
@@ -87,50 +74,6 @@ fn json_logs_carry_the_lifecycle_events() {
     assert_eq!(stopping["signal"], "SIGTERM");
     assert!(stopping["reason"].is_string());
     assert_eq!(event(&lines, "released")["outcome"], "not-owner");
-}
-
-/// Checks the text exposition format: HELP/TYPE before samples, metric names and labels well
-/// formed, values numeric. Returns the samples as (name{labels}, value).
-fn parse_prometheus(text: &str) -> Vec<(String, f64)> {
-    let mut typed = std::collections::HashSet::new();
-    let mut samples = Vec::new();
-    let name_ok = |n: &str| {
-        !n.is_empty()
-            && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    };
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            assert!(name_ok(rest.split(' ').next().unwrap()), "{line}");
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
-            assert!(name_ok(name) && ["gauge", "counter", "untyped"].contains(&kind), "{line}");
-            typed.insert(name.to_owned());
-        } else {
-            let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("sample: {line}"));
-            let name = series.split('{').next().unwrap();
-            assert!(name_ok(name), "{line}");
-            assert!(typed.contains(name), "TYPE precedes {name}");
-            let labels = &series[name.len()..];
-            if !labels.is_empty() {
-                let inner = labels.strip_prefix('{').and_then(|l| l.strip_suffix('}')).expect("{labels}");
-                for pair in inner.split("\",").map(|p| p.trim_end_matches('"')) {
-                    let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("label {pair} in {line}"));
-                    assert!(name_ok(k), "{line}");
-                    assert!(!v.contains('\n'));
-                }
-            }
-            samples.push((
-                series.to_owned(),
-                value.parse::<f64>().unwrap_or_else(|_| panic!("value in {line}")),
-            ));
-        }
-    }
-    samples
-}
-
-fn sample(samples: &[(String, f64)], series: &str) -> Option<f64> {
-    samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v)
 }
 
 #[test]
@@ -379,17 +322,20 @@ fn release_force_json_says_whose_lock_it_was() {
     assert_eq!((&v["released"], &v["holder"]), (&Value::from(false), &Value::Null));
 }
 
-/// Text logs show the key the same way on every line: escaped bytes, no quotes.
+/// Text logs show the key the same way on every line: its escaped bytes, as a logfmt value
+/// (quoted here, for its space and quotes).
 #[test]
 fn text_logs_show_the_key_alike_on_every_line() {
     let redis = RedisServer::start();
     let r = run(redlock(&redis).args(["-v", "-k", "a\nb \"c\"", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let keys: Vec<&str> = r.stderr.lines().filter_map(|l| l.split(" key=").nth(1)).collect();
-    assert_eq!(keys.len(), 2, "acquired and released: {}", r.stderr);
-    for rest in keys {
-        assert!(rest.starts_with(r#"a\nb \"c\" "#), "{}", r.stderr);
+    let lines = text_lines(&r.stderr);
+    assert_eq!(lines.len(), 2, "acquired and released: {}", r.stderr);
+    for line in lines {
+        let key = line.fields.iter().find(|(n, _)| n == "key").map(|(_, v)| v.as_str());
+        assert_eq!(key, Some(r#"a\nb \"c\""#), "{}", r.stderr);
     }
+    assert!(r.stderr.contains(r#" key="a\\nb \\\"c\\\"" "#), "{}", r.stderr);
 }
 
 /// Every JSON line says it is the wrapper's, so that a collector that merges the command's
@@ -432,7 +378,12 @@ fn a_busy_lock_s_json_error_line_names_the_holder() {
     assert_eq!(error["source"], "redlock-run");
     assert_eq!(error["exit_status"], 75);
     assert_eq!(error["key"], r#"lock:\"busy\""#, "escaped as on every other line");
-    assert_eq!(error["holder"], "web-1 (pid 4711) since 2025-11-30T00:00:00Z");
+    assert_eq!(
+        (&error["holder"]["host"], &error["holder"]["pid"], &error["holder"]["since"]),
+        (&Value::from("web-1"), &Value::from(4711), &Value::from("2025-11-30T00:00:00Z")),
+        "{error}"
+    );
+    assert_eq!(error["foreign_value"], false);
     let left = error["expires_in_ms"].as_u64().unwrap_or_else(|| panic!("expires_in_ms: {error}"));
     assert!(left > 0 && left <= 60_000, "{left}");
 
@@ -447,7 +398,8 @@ fn a_busy_lock_s_json_error_line_names_the_holder() {
     redis.cmd::<()>(&["SET", key, "other"].map(str::as_bytes));
     let (code, lines) = busy(&[]);
     assert_eq!(code, 75);
-    assert_eq!(lines[0]["holder"], "another client (not a redlock-run value)");
+    assert_eq!(lines[0]["holder"], Value::Null, "no redlock-run holder: {}", lines[0]);
+    assert_eq!(lines[0]["foreign_value"], true);
     assert_eq!(lines[0]["expires_in_ms"], Value::Null, "no expiry, no field: {}", lines[0]);
 }
 

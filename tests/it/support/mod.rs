@@ -2,7 +2,9 @@
 //! and bounded waits. Nothing here touches a Redis it did not start.
 
 pub mod fault;
+pub mod logs;
 pub mod oracle;
+pub mod prometheus;
 pub mod sentinel;
 pub mod tls;
 
