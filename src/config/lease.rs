@@ -112,15 +112,12 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
     Ok(d)
 }
 
-/// Parses a humantime duration that may be zero.
+/// Parses a duration that may be zero.
 pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
-    if value.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
     parse(flag, value)
 }
 
-/// Parses a positive humantime duration, naming the flag in the error.
+/// Parses a positive duration, naming the flag in the error.
 pub(super) fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
     let d = parse(flag, value)?;
     if d.is_zero() {
@@ -129,15 +126,114 @@ pub(super) fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
     Ok(d)
 }
 
+/// The one parser of every `DUR` value, flag or variable: a humantime duration (`500ms`,
+/// `1h 30m`), or a bare number of seconds (`5`, `1.5`), as `sleep 5`, `timeout 5` and
+/// `flock -w 5` read it.
 pub(super) fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
-    let d = humantime::parse_duration(value.trim()).map_err(|e| {
-        usage(format!("{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"))
-    })?;
+    let value = value.trim();
+    if value.starts_with('-') {
+        return Err(usage(format!("{flag}: {value:?}: durations cannot be negative")));
+    }
+    let too_long = || usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts"));
+    let d = match seconds(value) {
+        Some(Ok(d)) => d,
+        Some(Err(BadNumber::TooFine)) => {
+            return Err(usage(format!(
+                "{flag}: {value:?} has more than 9 decimal places: a duration is counted in nanoseconds"
+            )));
+        }
+        Some(Err(BadNumber::TooLong)) => return Err(too_long()),
+        None => humantime::parse_duration(value).map_err(|e| {
+            usage(format!(
+                "{flag}: invalid duration {value:?}: {e} (examples: 5 or 1.5 for seconds, 500ms, 30s, 5m, \
+                 '1h 30m')"
+            ))
+        })?,
+    };
     if d > MAX_DURATION {
-        return Err(usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts")));
+        return Err(too_long());
     }
     Ok(d)
 }
 
+/// Why a bare number of seconds is no duration.
+#[derive(Debug, PartialEq, Eq)]
+enum BadNumber {
+    /// More than nine decimal places.
+    TooFine,
+    /// More seconds than a `Duration` holds.
+    TooLong,
+}
+
+/// A bare number of seconds, exactly: digits with an optional decimal point (`5`, `1.5`,
+/// `.5`, `5.`). `None` for anything else (a sign, an exponent, `nan`, `inf`, a unit), which
+/// is left to humantime.
+fn seconds(value: &str) -> Option<Result<Duration, BadNumber>> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    if fraction.len() > 9 {
+        return Some(Err(BadNumber::TooFine));
+    }
+    let secs = match whole {
+        "" => 0,
+        _ => match whole.parse::<u64>() {
+            Ok(secs) => secs,
+            Err(_) => return Some(Err(BadNumber::TooLong)),
+        },
+    };
+    let nanos = if fraction.is_empty() { 0 } else { format!("{fraction:0<9}").parse().expect("nine digits") };
+    Some(Ok(Duration::new(secs, nanos)))
+}
+
 /// No duration is longer: keeps every deadline computed from one far from clock overflow.
 pub(super) const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{BadNumber, MAX_DURATION, parse, seconds};
+
+    #[test]
+    fn a_bare_number_is_seconds_to_the_nanosecond() {
+        for (value, d) in [
+            ("5", Duration::from_secs(5)),
+            ("0", Duration::ZERO),
+            ("1.5", Duration::from_millis(1500)),
+            (".5", Duration::from_millis(500)),
+            ("5.", Duration::from_secs(5)),
+            ("007", Duration::from_secs(7)),
+            ("0.000000001", Duration::from_nanos(1)),
+            ("1.123456789", Duration::new(1, 123_456_789)),
+        ] {
+            assert_eq!(seconds(value), Some(Ok(d)), "{value}");
+            assert_eq!(parse("--wait", value).unwrap(), d, "{value}");
+        }
+        assert_eq!(seconds("0.0000000001"), Some(Err(BadNumber::TooFine)));
+        assert_eq!(seconds("99999999999999999999"), Some(Err(BadNumber::TooLong)));
+        for other in ["", ".", "1.2.3", "-0", "+5", "1e3", "nan", "inf", "5s", "1,5", " 5", "٣"] {
+            assert_eq!(seconds(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn durations_are_refused_with_the_reason() {
+        let err = |value: &str| parse("--wait", value).unwrap_err().to_string();
+        for value in ["nan", "inf", "1e3", ".", "", "1.2.3", "0x10", "+5", "1,5", "5 parsecs"] {
+            assert!(err(value).starts_with("--wait: invalid duration"), "{value:?}: {}", err(value));
+        }
+        for value in ["-0", "-1.5", " -5s"] {
+            assert!(err(value).contains("durations cannot be negative"), "{value:?}: {}", err(value));
+        }
+        assert!(err("1.0000000001").contains("more than 9 decimal places"));
+        for value in ["99999999999999999999", "316224001", "11y"] {
+            assert!(err(value).contains("longer than the 10 years"), "{value:?}: {}", err(value));
+        }
+        assert_eq!(parse("--wait", &MAX_DURATION.as_secs().to_string()).unwrap(), MAX_DURATION);
+        assert_eq!(parse("--wait", " 2.5 ").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse("--wait", "1h 30m").unwrap(), Duration::from_secs(5400));
+    }
+}
