@@ -146,6 +146,9 @@ pub struct Cli {
     pub idempotency_ttl: String,
 
     /// How long to wait for a busy lock; 0 = fail at once
+    ///
+    /// 'forever' waits without a limit, as flock(1) does without -w, and so does an outage of
+    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait.
     #[arg(
         short,
         long,

@@ -112,6 +112,15 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
     Ok(d)
 }
 
+/// Parses `--wait`: a duration that may be zero, or `forever` (`None`): no limit, as flock
+/// waits without `-w`.
+pub(super) fn wait(flag: &str, value: &str) -> Result<Option<Duration>, Error> {
+    if value.trim().eq_ignore_ascii_case("forever") {
+        return Ok(None);
+    }
+    duration_or_zero(flag, value).map(Some)
+}
+
 /// Parses a duration that may be zero.
 pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
     parse(flag, value)
@@ -235,5 +244,15 @@ mod tests {
         assert_eq!(parse("--wait", &MAX_DURATION.as_secs().to_string()).unwrap(), MAX_DURATION);
         assert_eq!(parse("--wait", " 2.5 ").unwrap(), Duration::from_millis(2500));
         assert_eq!(parse("--wait", "1h 30m").unwrap(), Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn only_the_wait_can_be_forever() {
+        assert_eq!(super::wait("--wait", "forever").unwrap(), None);
+        assert_eq!(super::wait("--wait", " Forever ").unwrap(), None);
+        assert_eq!(super::wait("--wait", "0").unwrap(), Some(Duration::ZERO));
+        assert_eq!(super::wait("--wait", "2.5").unwrap(), Some(Duration::from_millis(2500)));
+        assert!(super::wait("--wait", "forever and a day").is_err());
+        assert!(parse("--max-runtime", "forever").is_err());
     }
 }

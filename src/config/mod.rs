@@ -165,8 +165,9 @@ pub struct Config {
     pub keys: Vec<Vec<u8>>,
     /// The lease length, whole milliseconds, as sent to Redis (`--ttl`).
     pub ttl: Duration,
-    /// How long to wait for a busy lock; zero fails at once (`--wait`).
-    pub wait: Duration,
+    /// How long to wait for a busy lock; zero fails at once, `None` waits without a limit
+    /// (`--wait`, `forever`).
+    pub wait: Option<Duration>,
     /// Run without a lock when Redis cannot be reached at all (`--fail-open`).
     pub fail_open: bool,
     /// The least time the lock stays after the acquisition, the command's end notwithstanding
@@ -218,7 +219,14 @@ impl Config {
         let kill_grace_for =
             |ttl: Duration| kill_grace_flag.unwrap_or((ttl / 6).min(Duration::from_secs(10)));
         let (renew_every, kill_grace) = (renew_every_for(ttl), kill_grace_for(ttl));
-        let wait = duration_or_zero("--wait", &cli.wait)?;
+        let wait = wait("--wait", &cli.wait)?;
+        if wait.is_none() && cli.fail_open {
+            // It would fail open only once Redis had been unreachable for the whole wait.
+            return Err(usage(
+                "--fail-open runs the command without the lock once Redis has stayed unreachable for \
+                 all of --wait, which --wait forever never ends: give --wait a limit, or drop --fail-open",
+            ));
+        }
         let min_hold = match &cli.min_hold {
             Some(s) => duration_or_zero("--min-hold", s)?,
             None => Duration::ZERO,
