@@ -46,11 +46,14 @@ pub(super) fn too_short(
         None => "no --ttl works with these flags: shorten --renew-every / --kill-grace".to_owned(),
     };
     format!(
-        "--ttl {} leaves no time to renew the lock: --renew-every ({}) + the larger of --kill-grace ({}) \
-         and {} (when the command is stopped) + {} (for the renewal's round trip) must be less than \
-         --ttl minus its drift allowance ({}); {fix}",
+        "{} {} leaves no time to renew the lock: {} ({}) + the larger of {} ({}) and {} (when the \
+         command is stopped) + {} (for the renewal's round trip) must be less than --ttl minus its \
+         drift allowance ({}); {fix}",
+        named("--ttl"),
         humantime::format_duration(ttl),
+        named("--renew-every"),
         humantime::format_duration(micros(renew_every)),
+        named("--kill-grace"),
         humantime::format_duration(micros(kill_grace)),
         humantime::format_duration(KILL_AHEAD),
         humantime::format_duration(MIN_SLACK),
@@ -74,8 +77,9 @@ pub(super) fn timeout_too_long(
         None => "shorten it".to_owned(),
     };
     format!(
-        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
-         kill-grace ({}): {fix}",
+        "{} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − kill-grace ({}): \
+         {fix}",
+        named(flag),
         humantime::format_duration(timeout),
         humantime::format_duration(micros(slack)),
     )
@@ -91,7 +95,8 @@ pub(super) fn whole_millis(flag: &str, value: &str) -> Result<Duration, Error> {
     let d = duration(flag, value)?;
     if d < Duration::from_millis(1) {
         return Err(usage(format!(
-            "{flag} must be at least 1ms (Redis keeps key lifetimes in milliseconds)"
+            "{} must be at least 1ms (Redis keeps key lifetimes in milliseconds)",
+            named(flag)
         )));
     }
     Ok(d)
@@ -103,8 +108,9 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
     let d = duration(flag, value)?;
     if d >= slack {
         return Err(usage(format!(
-            "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+            "{} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
              kill-grace ({}): shorten it or lengthen --ttl",
+            named(flag),
             humantime::format_duration(d),
             humantime::format_duration(slack),
         )));
@@ -130,32 +136,32 @@ pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Erro
 pub(super) fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
     let d = parse(flag, value)?;
     if d.is_zero() {
-        return Err(usage(format!("{flag} must be greater than zero")));
+        return Err(usage(format!("{} must be greater than zero", named(flag))));
     }
     Ok(d)
 }
 
 /// The one parser of every `DUR` value, flag or variable: a humantime duration (`500ms`,
 /// `1h 30m`), or a bare number of seconds (`5`, `1.5`), as `sleep 5`, `timeout 5` and
-/// `flock -w 5` read it.
+/// `flock -w 5` read it. Errors name the variable when the value came from one.
 pub(super) fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
     let value = value.trim();
+    let refused = |why: String| usage(format!("{}: {why}", named(flag)));
     if value.starts_with('-') {
-        return Err(usage(format!("{flag}: {value:?}: durations cannot be negative")));
+        return Err(refused(format!("{value:?}: durations cannot be negative")));
     }
-    let too_long = || usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts"));
+    let too_long = || refused(format!("{value:?} is longer than the 10 years this tool accepts"));
     let d = match seconds(value) {
         Some(Ok(d)) => d,
         Some(Err(BadNumber::TooFine)) => {
-            return Err(usage(format!(
-                "{flag}: {value:?} has more than 9 decimal places: a duration is counted in nanoseconds"
+            return Err(refused(format!(
+                "{value:?} has more than 9 decimal places: a duration is counted in nanoseconds"
             )));
         }
         Some(Err(BadNumber::TooLong)) => return Err(too_long()),
         None => humantime::parse_duration(value).map_err(|e| {
-            usage(format!(
-                "{flag}: invalid duration {value:?}: {e} (examples: 5 or 1.5 for seconds, 500ms, 30s, 5m, \
-                 '1h 30m')"
+            refused(format!(
+                "invalid duration {value:?}: {e} (examples: 5 or 1.5 for seconds, 500ms, 30s, 5m, '1h 30m')"
             ))
         })?,
     };

@@ -209,7 +209,7 @@ impl Config {
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
         let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
         if ttl.is_zero() {
-            return Err(usage("--ttl must be at least 1ms"));
+            return Err(usage(format!("{} must be at least 1ms", named("--ttl"))));
         }
         let renew_every_flag =
             cli.renew_every.as_deref().map(|s| duration("--renew-every", s)).transpose()?;
@@ -222,17 +222,20 @@ impl Config {
         let wait = wait("--wait", &cli.wait)?;
         if wait.is_none() && cli.fail_open {
             // It would fail open only once Redis had been unreachable for the whole wait.
-            return Err(usage(
-                "--fail-open runs the command without the lock once Redis has stayed unreachable for \
-                 all of --wait, which --wait forever never ends: give --wait a limit, or drop --fail-open",
-            ));
+            let (fail_open, wait) = (named("--fail-open"), named("--wait"));
+            return Err(usage(format!(
+                "{fail_open} runs the command without the lock once Redis has stayed unreachable for \
+                 the whole wait, which {wait}=forever never ends: give {wait} a limit, or drop {fail_open}"
+            )));
         }
         let min_hold = match &cli.min_hold {
             Some(s) => duration_or_zero("--min-hold", s)?,
             None => Duration::ZERO,
         };
         let idempotency = match &cli.idempotency_key {
-            Some(id) if id.is_empty() => return Err(usage("--idempotency-key must not be empty")),
+            Some(id) if id.is_empty() => {
+                return Err(usage(format!("{} must not be empty", named("--idempotency-key"))));
+            }
             Some(id) => Some(Idempotency {
                 id: id.as_bytes().to_vec(),
                 ttl: whole_millis("--idempotency-ttl", &cli.idempotency_ttl)?,
@@ -426,9 +429,9 @@ mod tests {
             ("rediss://h#insecure", "rediss://h:26379#insecure"),
             ("redis://[::1]/", "redis://[::1]:26379/"),
         ] {
-            assert_eq!(sentinel_url(given).unwrap(), url, "{given}");
+            assert_eq!(sentinel_url(given, "--sentinel").unwrap(), url, "{given}");
         }
-        let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock").unwrap_err().to_string();
+        let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock", "--sentinel").unwrap_err().to_string();
         assert!(e.contains("HOST[:PORT]") && !e.contains("S3cret"), "{e}");
     }
 }

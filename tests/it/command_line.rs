@@ -1,5 +1,6 @@
 //! How the command line and the environment are read: a bare number is seconds on every
-//! duration, as `sleep 5`, `timeout 5` and `flock -w 5` read it.
+//! duration, as `sleep 5`, `timeout 5` and `flock -w 5` read it; a refused value is named by
+//! where it came from, its flag or its variable.
 
 use std::time::Duration;
 
@@ -85,4 +86,77 @@ fn a_bare_number_is_seconds_on_every_duration() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("cannot be negative"), "{}", r.stderr);
     assert_eq!(redis.cmd::<i64>(&[b"EXISTS", b"lock:refused"]), 0);
+}
+
+/// A refused value from the environment is named by its variable, one from the command line by
+/// its flag: durations, numbers, choices, keys, URLs and paths alike, each with the exit status
+/// of its kind of mistake.
+#[test]
+fn a_refused_value_names_the_variable_it_came_from() {
+    let redis = RedisServer::start();
+    let cases: &[(&str, &str, &str, i32)] = &[
+        ("REDLOCK_TTL", "--ttl", "abc", 64),
+        ("REDLOCK_TTL", "--ttl", "0", 64),
+        ("REDLOCK_TTL", "--ttl", "0.0001", 64),
+        ("REDLOCK_WAIT", "--wait", "soon", 64),
+        ("REDLOCK_RENEW_EVERY", "--renew-every", "abc", 64),
+        ("REDLOCK_KILL_GRACE", "--kill-grace", "-1", 64),
+        ("REDLOCK_KILL_GRACE", "--kill-grace", "1m", 64),
+        ("REDLOCK_MAX_RUNTIME", "--max-runtime", "0", 64),
+        ("REDLOCK_MIN_HOLD", "--min-hold", "11y", 64),
+        ("REDLOCK_IDEMPOTENCY_TTL", "--idempotency-ttl", "0.0001", 64),
+        ("REDLOCK_CONNECT_TIMEOUT", "--connect-timeout", "1h", 64),
+        ("REDLOCK_COMMAND_TIMEOUT", "--command-timeout", "x", 64),
+        ("REDLOCK_LIMIT", "--limit", "0", 64),
+        ("REDLOCK_BUSY_EXIT_CODE", "--busy-exit-code", "300", 64),
+        ("REDLOCK_ON_LOST", "--on-lost", "panic", 64),
+        ("REDLOCK_LOG_FORMAT", "--log-format", "xml", 64),
+        ("REDLOCK_KEY", "--key", "", 64),
+        ("REDLOCK_IDEMPOTENCY_KEY", "--idempotency-key", "", 64),
+        ("REDLOCK_REDIS_URL", "--redis-url", "foo://bar", 78),
+        ("REDLOCK_PASSWORD_FILE", "--password-file", "/nonexistent/pw", 78),
+        ("REDLOCK_TLS_CA_FILE", "--tls-ca-file", "/nonexistent/ca.pem", 78),
+    ];
+    for &(var, flag, value, status) in cases {
+        for from_env in [true, false] {
+            let mut cmd = wrapper();
+            if var != "REDLOCK_REDIS_URL" {
+                cmd.args(["--redis-url", &redis.url()]);
+            }
+            if var != "REDLOCK_KEY" {
+                cmd.args(["-k", "lock:named"]);
+            }
+            if from_env {
+                cmd.env(var, value);
+            } else {
+                cmd.arg(format!("{flag}={value}"));
+            }
+            let r = run(cmd.args(["--", "true"]), LIMIT);
+            let what = format!("{var}/{flag} {value:?}, from the environment: {from_env}");
+            assert_eq!(r.code, status, "{what}: {}", r.stderr);
+            if from_env {
+                assert!(r.stderr.contains(var), "{what} names {var}: {}", r.stderr);
+            } else {
+                assert!(
+                    r.stderr.contains(flag) && !r.stderr.contains(var),
+                    "{what} names {flag}: {}",
+                    r.stderr
+                );
+            }
+        }
+    }
+
+    // A Sentinel list, which is read from its variable by hand.
+    let r = run(
+        wrapper().env("REDLOCK_SENTINEL", "foo://x").env("REDLOCK_SENTINEL_MASTER", "m").args([
+            "-k",
+            "lock:named",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(r.stderr.contains("REDLOCK_SENTINEL foo://x"), "{}", r.stderr);
+    assert!(!redis.exists(b"lock:named"));
 }

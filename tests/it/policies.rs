@@ -331,7 +331,22 @@ fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
         LIMIT,
     );
     assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(r.stderr.contains("--fail-open") && r.stderr.contains("--wait forever"), "{}", r.stderr);
+    assert!(r.stderr.contains("--fail-open") && r.stderr.contains("--wait=forever"), "{}", r.stderr);
+    let r = run(
+        redlock(&redis).env("REDLOCK_WAIT", "forever").env("REDLOCK_FAIL_OPEN", "1").args([
+            "-k",
+            "lock:open",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("REDLOCK_FAIL_OPEN") && r.stderr.contains("REDLOCK_WAIT=forever"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
