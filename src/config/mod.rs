@@ -433,5 +433,10 @@ mod tests {
         }
         let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock", "--sentinel").unwrap_err().to_string();
         assert!(e.contains("HOST[:PORT]") && !e.contains("S3cret"), "{e}");
+        for pasted in ["S3c!ret", "S3c%ret:26379", "u:pw@S3c$ret", "S3cret:pw", ""] {
+            let e = sentinel_url(pasted, "REDLOCK_SENTINEL").unwrap_err().to_string();
+            assert!(e.starts_with("REDLOCK_SENTINEL ") && e.contains("not a host name"), "{pasted}: {e}");
+            assert!(!e.to_lowercase().contains("s3c"), "{pasted}: {e}");
+        }
     }
 }

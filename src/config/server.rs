@@ -173,6 +173,21 @@ pub(super) fn sentinel_url(addr: &str, source: &str) -> Result<String, Error> {
         Some((credentials, host)) => (format!("{credentials}@"), host.to_ascii_lowercase()),
         None => (String::new(), authority.to_ascii_lowercase()),
     };
+    // A bare value that no host could have may be a password pasted in the wrong place: it is
+    // refused without being shown.
+    let host_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    let plausible = host.starts_with('[')
+        || match host.rsplit_once(':') {
+            Some((name, port)) => name.chars().all(host_char) && port.bytes().all(|b| b.is_ascii_digit()),
+            None => host.chars().all(host_char),
+        };
+    if bare && (host.is_empty() || !plausible) {
+        return Err(Error::Config(format!(
+            "{source} {}: not a host name: give a Sentinel as HOST[:PORT], \
+             [USER:PASSWORD@]HOST[:PORT] or redis[s]://…; the value is not shown, in case it is a password",
+            crate::lock::url::redact_url(addr)
+        )));
+    }
     let has_port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').is_some_and(|(_, rest)| rest.starts_with(':')),
         None => host.contains(':'),
