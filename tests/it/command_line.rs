@@ -1,7 +1,9 @@
 //! How the command line and the environment are read: a bare number is seconds on every
 //! duration, as `sleep 5`, `timeout 5` and `flock -w 5` read it; a refused value is named by
-//! where it came from, its flag or its variable.
+//! where it came from, its flag or its variable; a mistyped subcommand is suggested, and `help`
+//! is one.
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use crate::support::*;
@@ -159,4 +161,76 @@ fn a_refused_value_names_the_variable_it_came_from() {
     assert_eq!(r.code, 78, "{}", r.stderr);
     assert!(r.stderr.contains("REDLOCK_SENTINEL foo://x"), "{}", r.stderr);
     assert!(!redis.exists(b"lock:named"));
+}
+
+/// A first word one edit away from a subcommand (`statsu`) that no program on PATH is called
+/// is a usage error that suggests the subcommand, not a missing `--key` nor a command that
+/// cannot be found; a program of that name still runs. `help` prints the help, `help status`
+/// the subcommand's.
+#[test]
+fn a_mistyped_subcommand_is_suggested_and_help_prints_the_help() {
+    let redis = RedisServer::start();
+    for (typo, meant) in [
+        ("statsu", "status"),
+        ("stats", "status"),
+        ("sstatus", "status"),
+        ("Status", "status"),
+        ("relase", "release"),
+        ("releases", "release"),
+        ("hepl", "help"),
+        ("hlp", "help"),
+    ] {
+        for key_from_env in [false, true] {
+            let mut cmd = wrapper();
+            cmd.env("REDLOCK_REDIS_URL", redis.url()).arg(typo);
+            if key_from_env {
+                cmd.env("REDLOCK_KEY", "lock:typo");
+            } else {
+                cmd.args(["--key", "lock:typo"]);
+            }
+            let r = run(&mut cmd, LIMIT);
+            assert_eq!(r.code, 64, "{typo}: {}", r.stderr);
+            assert!(r.stderr.contains(&format!("did you mean `{meant}`?")), "{typo}: {}", r.stderr);
+            assert!(!r.stderr.contains("required"), "{typo}: {}", r.stderr);
+        }
+    }
+    // Two edits away, or a path: the command, as before.
+    for command in ["statuses", "./statsu"] {
+        let r = run(
+            wrapper().env("REDLOCK_REDIS_URL", redis.url()).env("REDLOCK_KEY", "lock:typo").arg(command),
+            LIMIT,
+        );
+        assert_eq!(r.code, 127, "{command}: {}", r.stderr);
+    }
+
+    let dir = tmp();
+    let program = file(&dir, "statsu");
+    std::fs::write(&program, "#!/bin/sh\necho \"ran $0 $*\"\n").unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
+    let r = run(
+        wrapper()
+            .env("PATH", path)
+            .env("REDLOCK_REDIS_URL", redis.url())
+            .env("REDLOCK_KEY", "lock:typo")
+            .args(["statsu", "x"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(String::from_utf8_lossy(&r.stdout).starts_with("ran ") && r.stdout.ends_with(b"statsu x\n"));
+    assert!(!redis.exists(b"lock:typo"));
+
+    for (args, shows) in [
+        (&["help"][..], "Usage: redlock-run [OPTIONS] --key <KEY> <COMMAND>..."),
+        (&["help", "status"][..], "Usage: redlock-run status"),
+        (&["help", "release"][..], "Usage: redlock-run release"),
+    ] {
+        let r = run(wrapper().args(args), LIMIT);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert!(out.contains(shows) && out.contains("[env: REDLOCK_KEY=]"), "{args:?}: {out}");
+    }
+    let r = run(wrapper().args(["help", "stauts"]), LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("did you mean `status`?"), "{}", r.stderr);
 }
