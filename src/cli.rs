@@ -7,8 +7,9 @@ use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, 
 
 /// The epilogue of `-h`: where the rest is.
 const AFTER_SHORT_HELP: &str = "\
-Durations: 5 or 1.5 (seconds), 500ms, 30m, '1h 30m'. '--help' adds the details, the environment
-variables, the exit statuses and examples; so does 'man redlock-run'.";
+Durations: 5 or 1.5 (seconds), 500ms, 30m, '1h 30m'. '--help' adds the details,
+the environment variables, the exit statuses and examples; so does
+'man redlock-run'.";
 
 /// The epilogue of `--help` (and of the man page, which reads its examples from here).
 const AFTER_HELP: &str = "\
