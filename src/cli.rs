@@ -7,12 +7,14 @@ use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, 
 
 /// The epilogue of `-h`: where the rest is.
 const AFTER_SHORT_HELP: &str = "\
-Durations: 500ms, 30s, 30m, '1h 30m'. '--help' adds the details, the environment variables,
-the exit statuses and examples; so does 'man redlock-run'.";
+Durations: 5 or 1.5 (seconds), 500ms, 30m, '1h 30m'. '--help' adds the details,
+the environment variables, the exit statuses and examples; so does
+'man redlock-run'.";
 
 /// The epilogue of `--help` (and of the man page, which reads its examples from here).
 const AFTER_HELP: &str = "\
-Durations use humantime syntax: 500ms, 30s, 30m, '1h 30m'.
+Durations use humantime syntax (500ms, 30s, 30m, '1h 30m'), or are a bare number of seconds
+(5, 1.5), as for sleep(1).
 Every option but -v and --generate can also be set with an environment variable
 REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.
 
@@ -145,6 +147,9 @@ pub struct Cli {
     pub idempotency_ttl: String,
 
     /// How long to wait for a busy lock; 0 = fail at once
+    ///
+    /// 'forever' waits without a limit, as flock(1) does without -w, and so does an outage of
+    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait.
     #[arg(
         short,
         long,
@@ -244,8 +249,15 @@ impl Cli {
     /// Parses the command line. `-h` is the summary, one line per option: without the
     /// environment variables, defaults and values that `--help` lists (clap shows those in both).
     pub fn from_args() -> Result<Cli, clap::Error> {
-        let args: Vec<OsString> = std::env::args_os().collect();
+        let mut args: Vec<OsString> = std::env::args_os().collect();
         let mut cmd = Cli::command();
+        if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+            if first == "help" {
+                args = help_args(&args, &cmd)?;
+            } else if let Some(meant) = mistyped_subcommand(first) {
+                return Err(did_you_mean(first, meant, &mut cmd));
+            }
+        }
         if asks_for_summary(&args) {
             // Defines the subcommands' options (see [`Deferred`]), so that they are summed up too.
             cmd.build();
@@ -292,6 +304,78 @@ pub fn value_from_variable(flag: &str) -> Option<String> {
             || arg.get_short().is_some_and(|c| !a.starts_with("--") && a.starts_with('-') && a.contains(c))
     });
     (!given && std::env::var_os(&var).is_some()).then_some(var)
+}
+
+/// The words a first argument may be meant as: the subcommands, and `help`.
+const SUBCOMMAND_WORDS: [&str; 3] = ["status", "release", "help"];
+
+/// `help`, `help status`, `help release`, as `--help` at their level (clap's own help
+/// subcommand would also get a man page and completions of its own).
+fn help_args(args: &[OsString], cmd: &clap::Command) -> Result<Vec<OsString>, clap::Error> {
+    let mut help = vec![args[0].clone()];
+    match args.get(2).and_then(|a| a.to_str()) {
+        None | Some("help") => {}
+        Some(flag) if flag.starts_with('-') => {}
+        Some(sub @ ("status" | "release")) => help.push(sub.into()),
+        Some(other) => {
+            let meant = mistyped_subcommand(other).filter(|m| *m != "help");
+            let mut cmd = cmd.clone();
+            return Err(match meant {
+                Some(meant) => did_you_mean(other, meant, &mut cmd),
+                None => clap::Error::raw(
+                    clap::error::ErrorKind::InvalidSubcommand,
+                    format!("there is no subcommand `{other}`: the subcommands are status and release\n"),
+                )
+                .with_cmd(&cmd),
+            });
+        }
+    }
+    help.push("--help".into());
+    Ok(help)
+}
+
+/// The subcommand a first word one edit away from one (Damerau: a letter added, dropped,
+/// changed, or two swapped; any case) was meant as — unless a program of that name is on
+/// PATH, which runs as before.
+fn mistyped_subcommand(word: &str) -> Option<&'static str> {
+    let lower: Vec<char> = word.to_ascii_lowercase().chars().collect();
+    let meant = SUBCOMMAND_WORDS.into_iter().find(|&sub| {
+        let sub_chars: Vec<char> = sub.chars().collect();
+        word != sub && within_one_edit(&lower, &sub_chars)
+    })?;
+    (!word.contains('/') && !crate::sys::found_on_path(word.as_ref())).then_some(meant)
+}
+
+/// Whether `a` becomes `b` with at most one edit: a character added, dropped or changed, or
+/// two neighbours swapped.
+fn within_one_edit(a: &[char], b: &[char]) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    match long.len() - short.len() {
+        0 => {
+            let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
+            match differ[..] {
+                [] | [_] => true,
+                [i, j] => j == i + 1 && a[i] == b[j] && a[j] == b[i],
+                _ => false,
+            }
+        }
+        1 => {
+            let same = short.iter().zip(long).take_while(|(x, y)| x == y).count();
+            short[same..] == long[same + 1..]
+        }
+        _ => false,
+    }
+}
+
+fn did_you_mean(word: &str, meant: &str, cmd: &mut clap::Command) -> clap::Error {
+    clap::Error::raw(
+        clap::error::ErrorKind::InvalidSubcommand,
+        format!(
+            "`{word}` is neither a subcommand nor a program on PATH: did you mean `{meant}`? (a command \
+             to run goes after the options: redlock-run --key KEY -- COMMAND)\n"
+        ),
+    )
+    .with_cmd(cmd)
 }
 
 /// Whether the wrapper's own arguments (those before `--`) include `-h`, alone or among other
@@ -632,5 +716,28 @@ fn switch(var: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone + 
         "1" | "true" | "yes" | "on" => Ok(true),
         "" | "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("{var} must be one of 1, true, yes, on (on) or 0, false, no, off, empty (off)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within_one_edit;
+
+    #[test]
+    fn one_edit_is_a_letter_added_dropped_changed_or_two_neighbours_swapped() {
+        let one = |a: &str, b: &str| {
+            let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+            within_one_edit(&a, &b) && within_one_edit(&b, &a)
+        };
+        for near in [
+            "status", "sttaus", "statu", "sstatus", "statsu", "tsatus", "stotus", "statuss", "xstatus",
+            "státus",
+        ] {
+            assert!(one(near, "status"), "{near}");
+        }
+        for far in ["stat", "satuts", "statuses", "sutats", "", "release"] {
+            assert!(!one(far, "status"), "{far}");
+        }
+        assert!(one("", "h") && !one("", "he"));
     }
 }

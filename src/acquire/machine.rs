@@ -13,7 +13,8 @@
 //! 1. **No lock after the wait.** Once Redis has answered "busy", a lock handed over is taken
 //!    only until `--wait` + [`Handover::LATE`], and a busy wait that ends after that ends the
 //!    run busy, without another attempt. (An attempt that follows an outage wait belongs to the outage
-//!    budget, 4.)
+//!    budget, 4.) `--wait forever` has no end; such a run gives up only when a nested run's
+//!    wait could never end.
 //! 2. **Only a confirmed lock.** A handover is taken only when it came after the last attempt
 //!    (Redis answered that attempt before handing over) and [`Handover::usable`] holds when it
 //!    is read; a lock an attempt took, only with more than `max(--kill-grace, KILL_AHEAD)`
@@ -24,12 +25,14 @@
 //!    is unknown (a signal during it, an outage that outlasted the budget) abandons it:
 //!    release and leave, bounded.
 //! 4. **The outage budget.** An outage ends the run (an error, or `--fail-open`) only once
-//!    `start + max(--wait, OUTAGE_RETRY)` has passed, and no outage wait ends later than that.
+//!    `start + max(--wait, OUTAGE_RETRY)` has passed, and no outage wait ends later than that;
+//!    with `--wait forever`, never.
 //! 5. **Fail open only when unreachable.** `--fail-open` applies only when the last attempt
 //!    could not reach Redis and no attempt since the last "busy" was answered "not now".
 //! 6. **Every wait is bounded.** After every input the machine has ended, or awaits the
 //!    answer to one request (bounded by the lock's own timeouts), or sleeps with a timer due
-//!    no later than the end of the outage budget — a busy wait's, of `--wait`.
+//!    no later than the end of the outage budget — a busy wait's, of `--wait` — and, without
+//!    a limit, within a retry period ([`BUSY_RETRY_CAP`], `QUEUE_KEEPALIVE`, an outage's backoff).
 
 use std::time::Duration;
 
@@ -135,8 +138,8 @@ impl Note {
     pub fn log(&self) {
         match self {
             Note::Unqueued { spans_slots } => tracing::info!(
-                "waiting without a place in a queue ({}): runs queued for these keys go first, and \
-                 this run may wait until --wait runs out",
+                "waiting without a place in a queue ({}): runs queued for these keys go first, for as \
+                 long as this run waits",
                 if *spans_slots {
                     "keys in several Cluster slots; a common hash tag puts them in one"
                 } else {
@@ -207,8 +210,8 @@ pub enum Context {
 /// The fixed rules of one acquisition.
 #[derive(Debug, Clone)]
 pub struct Rules {
-    /// `--wait`.
-    pub wait: Duration,
+    /// `--wait`; `None`: without a limit.
+    pub wait: Option<Duration>,
     pub kill_grace: Duration,
     pub ttl: Duration,
     pub fail_open: bool,
@@ -224,6 +227,11 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// Whether the run waits at all (not `--wait 0`).
+    fn waits(&self) -> bool {
+        self.wait != Some(Duration::ZERO)
+    }
+
     /// Key `at` (its index), for messages.
     fn key_at(&self, at: usize) -> &Vec<u8> {
         self.keys.get(at).unwrap_or(&self.key)
@@ -252,8 +260,9 @@ enum Phase {
 pub struct Machine {
     rules: Rules,
     jitter: Jitter,
-    wait_until: Instant,
-    outage_until: Instant,
+    /// The end of `--wait`, and of the outage budget; `None`: `--wait forever`.
+    wait_until: Option<Instant>,
+    outage_until: Option<Instant>,
     /// Waiters queue in arrival order (one Redis); a Redlock quorum's waiters retry on every
     /// announced release instead.
     join: bool,
@@ -276,10 +285,10 @@ impl Machine {
     /// A machine for an acquisition that starts at `now`; [`Machine::start`] asks for the
     /// first attempt.
     pub fn new(rules: Rules, jitter: Jitter, now: Instant) -> Self {
-        let join = !rules.wait.is_zero();
+        let join = rules.waits();
         Machine {
-            wait_until: now + rules.wait,
-            outage_until: now + rules.wait.max(OUTAGE_RETRY),
+            wait_until: rules.wait.map(|wait| now + wait),
+            outage_until: rules.wait.map(|wait| now + wait.max(OUTAGE_RETRY)),
             join,
             queued: join && rules.queues,
             subscribed: false,
@@ -310,15 +319,15 @@ impl Machine {
         self.end.take()
     }
 
-    /// The end of `--wait`.
+    /// The end of `--wait`, if it has one.
     #[cfg(test)]
-    pub fn wait_until(&self) -> Instant {
+    pub fn wait_until(&self) -> Option<Instant> {
         self.wait_until
     }
 
-    /// The end of the outage budget.
+    /// The end of the outage budget, if it has one.
     #[cfg(test)]
-    pub fn outage_until(&self) -> Instant {
+    pub fn outage_until(&self) -> Option<Instant> {
         self.outage_until
     }
 
@@ -350,7 +359,7 @@ impl Machine {
                 let lease = Lease::handed(self.attempt_sent, grant, self.rules.ttl);
                 if since_last_attempt
                     && Handover::usable(&lease, now, self.rules.kill_grace)
-                    && now <= self.wait_until + Handover::LATE
+                    && self.wait_until.is_none_or(|until| now <= until + Handover::LATE)
                 {
                     self.end = Some(End::Acquired {
                         fences: vec![fence],
@@ -373,7 +382,7 @@ impl Machine {
     fn attempt(&mut self, now: Instant, out: &mut Vec<Action>) {
         self.attempt_sent = now;
         // Subscribed before the attempt, so a release right after it is not missed.
-        if !self.rules.wait.is_zero() && !self.subscribed {
+        if self.rules.waits() && !self.subscribed {
             self.phase = Phase::Subscribing;
             out.push(Action::Subscribe);
         } else {
@@ -459,16 +468,26 @@ impl Machine {
             }
             _ => None,
         };
-        if let Some(why) = &why {
+        let forever = self.wait_until.is_none();
+        if let Some(why) = &why
+            && !forever
+        {
             out.push(Action::Log(Note::NestedWait { why: why.clone() }));
         }
+        // Without a limit, this wait could end only when that waiter gives up, which may be never
+        // (it may wait forever too): busy at once, saying why.
+        let hopeless = forever && why.is_some();
         self.nested = Some(why);
+        if hopeless {
+            self.give_up_busy(found, out);
+            return;
+        }
         self.wait_for_release(found, at, out);
     }
 
     /// After a busy answer that came at `now`: give up at the end of `--wait`, or wait.
     fn wait_for_release(&mut self, found: Acquired, now: Instant, out: &mut Vec<Action>) {
-        if now >= self.wait_until {
+        if self.wait_until.is_some_and(|until| now >= until) {
             self.give_up_busy(found, out);
             return;
         }
@@ -486,14 +505,14 @@ impl Machine {
                 + (self.jitter)(Duration::from_millis(25), 1, Duration::from_millis(50))
         };
         out.push(Action::Log(Note::Busy { retry_in }));
-        let until = (now + retry_in).min(self.wait_until);
+        let until = self.wait_until.map_or(now + retry_in, |until| until.min(now + retry_in));
         out.push(Action::Sleep(Wait { until, wakeups: true }));
         self.phase = Phase::Waiting { found };
     }
 
     /// A busy wait ended at `now` without the lock.
     fn woken(&mut self, found: Acquired, now: Instant, out: &mut Vec<Action>) {
-        if now > self.wait_until + Handover::LATE {
+        if self.wait_until.is_some_and(|until| now > until + Handover::LATE) {
             // Stopped past the end of the wait: no new attempt (a lock handed over meanwhile
             // goes back with the place in the queue).
             self.give_up_busy(found, out);
@@ -531,9 +550,10 @@ impl Machine {
         self.outage_failures += 1;
         // The last retry comes at the end of the budget, not before it: a long jitter drawn
         // early must not cut the outage wait short.
-        let delay = (self.jitter)(Duration::from_millis(50), self.outage_failures, Duration::from_secs(1))
-            .min(self.outage_until.saturating_duration_since(now));
-        if now >= self.outage_until {
+        let left = self.outage_until.map_or(Duration::MAX, |until| until.saturating_duration_since(now));
+        let delay =
+            (self.jitter)(Duration::from_millis(50), self.outage_failures, Duration::from_secs(1)).min(left);
+        if left.is_zero() {
             // A request that timed out may still have taken the lock.
             out.push(Action::Abandon);
             let fail_open = self.rules.fail_open;

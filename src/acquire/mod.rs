@@ -199,7 +199,11 @@ async fn next_wake(releases: &mut Option<Wakeups>) -> Wake {
 /// admit this run, with runs queued for it first, is busy too for those that did not queue.
 /// `nested`: why the waiter first in the queue waits for the run this one is nested in.
 fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
-    let state = if config.wait.is_zero() { "busy" } else { "still busy at the end of --wait" };
+    // Without a limit, a run gives up only on a nested run's wait that cannot end (`Machine::nested`).
+    let state = match config.wait {
+        Some(wait) if !wait.is_zero() => "still busy at the end of --wait",
+        _ => "busy",
+    };
     // The key that held the run off (one of several: the first that did).
     let at = match found {
         Acquired::Busy { key, .. } | Acquired::Queued { key, .. } => *key,

@@ -65,6 +65,13 @@ impl Outer {
     }
 }
 
+/// How an error names the option `flag` (`--ttl`): by its variable (`REDLOCK_TTL`) when the
+/// value came from there, else by the flag. For error messages only: it builds the whole
+/// command-line definition (`cli::value_from_variable`, which names clap's errors' sources too).
+pub(super) fn named(flag: &str) -> String {
+    crate::cli::value_from_variable(flag).unwrap_or_else(|| flag.to_owned())
+}
+
 /// A variable's value, if set and not empty. A value that is not UTF-8 is an error, never a
 /// reason to fall back to the next source (another Redis) without a word.
 pub(super) fn non_empty_env(name: &str) -> Result<Option<String>, Error> {

@@ -29,7 +29,7 @@ pub(super) fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
     for raw in &arg.value {
         let raw = raw.as_bytes();
         if raw.is_empty() {
-            return Err(usage("--key must not be empty"));
+            return Err(usage(format!("{} must not be empty", named("--key"))));
         }
         if keys.iter().any(|k| k == raw) {
             return Err(usage(format!(
@@ -46,9 +46,10 @@ pub(super) fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         if let Some(twin) = mine.twin().filter(|_| for_run) {
             let show = crate::lock::show_key;
             return Err(usage(format!(
-                "--key {} would share its queue and its fence with the lock {} (the names stored next to \
+                "{} {} would share its queue and its fence with the lock {} (the names stored next to \
                  {} start with {}): use {}, which is in the same Cluster slot, or a key with more than \
                  the hash tag, such as \"lock:{}\"",
+                named("--key"),
                 show(raw),
                 show(&twin),
                 show(&twin),
@@ -70,8 +71,9 @@ pub(super) fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
     let total = keys.iter().map(|k| k.len() + 1).sum::<usize>() - 1;
     if total > MAX_KEY_LEN {
         return Err(usage(format!(
-            "--key is {total} bytes long{}; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the \
+            "{} is {total} bytes long{}; the limit is {MAX_KEY_LEN} bytes (64 KiB), so that the \
              command's environment can hold it as REDLOCK_LOCK_KEY and REDLOCK_KEYS",
+            named("--key"),
             if keys.len() > 1 { " in all" } else { "" }
         )));
     }

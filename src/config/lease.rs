@@ -46,11 +46,14 @@ pub(super) fn too_short(
         None => "no --ttl works with these flags: shorten --renew-every / --kill-grace".to_owned(),
     };
     format!(
-        "--ttl {} leaves no time to renew the lock: --renew-every ({}) + the larger of --kill-grace ({}) \
-         and {} (when the command is stopped) + {} (for the renewal's round trip) must be less than \
-         --ttl minus its drift allowance ({}); {fix}",
+        "{} {} leaves no time to renew the lock: {} ({}) + the larger of {} ({}) and {} (when the \
+         command is stopped) + {} (for the renewal's round trip) must be less than --ttl minus its \
+         drift allowance ({}); {fix}",
+        named("--ttl"),
         humantime::format_duration(ttl),
+        named("--renew-every"),
         humantime::format_duration(micros(renew_every)),
+        named("--kill-grace"),
         humantime::format_duration(micros(kill_grace)),
         humantime::format_duration(KILL_AHEAD),
         humantime::format_duration(MIN_SLACK),
@@ -74,8 +77,9 @@ pub(super) fn timeout_too_long(
         None => "shorten it".to_owned(),
     };
     format!(
-        "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
-         kill-grace ({}): {fix}",
+        "{} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − kill-grace ({}): \
+         {fix}",
+        named(flag),
         humantime::format_duration(timeout),
         humantime::format_duration(micros(slack)),
     )
@@ -91,7 +95,8 @@ pub(super) fn whole_millis(flag: &str, value: &str) -> Result<Duration, Error> {
     let d = duration(flag, value)?;
     if d < Duration::from_millis(1) {
         return Err(usage(format!(
-            "{flag} must be at least 1ms (Redis keeps key lifetimes in milliseconds)"
+            "{} must be at least 1ms (Redis keeps key lifetimes in milliseconds)",
+            named(flag)
         )));
     }
     Ok(d)
@@ -103,8 +108,9 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
     let d = duration(flag, value)?;
     if d >= slack {
         return Err(usage(format!(
-            "{flag} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
+            "{} ({}) must be shorter than the renewal slack, ttl − drift − renew-every − \
              kill-grace ({}): shorten it or lengthen --ttl",
+            named(flag),
             humantime::format_duration(d),
             humantime::format_duration(slack),
         )));
@@ -112,32 +118,147 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
     Ok(d)
 }
 
-/// Parses a humantime duration that may be zero.
-pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
-    if value.trim() == "0" {
-        return Ok(Duration::ZERO);
+/// Parses `--wait`: a duration that may be zero, or `forever` (`None`): no limit, as flock
+/// waits without `-w`.
+pub(super) fn wait(flag: &str, value: &str) -> Result<Option<Duration>, Error> {
+    if value.trim().eq_ignore_ascii_case("forever") {
+        return Ok(None);
     }
+    duration_or_zero(flag, value).map(Some)
+}
+
+/// Parses a duration that may be zero.
+pub(super) fn duration_or_zero(flag: &str, value: &str) -> Result<Duration, Error> {
     parse(flag, value)
 }
 
-/// Parses a positive humantime duration, naming the flag in the error.
+/// Parses a positive duration, naming the flag in the error.
 pub(super) fn duration(flag: &str, value: &str) -> Result<Duration, Error> {
     let d = parse(flag, value)?;
     if d.is_zero() {
-        return Err(usage(format!("{flag} must be greater than zero")));
+        return Err(usage(format!("{} must be greater than zero", named(flag))));
     }
     Ok(d)
 }
 
+/// The one parser of every `DUR` value, flag or variable: a humantime duration (`500ms`,
+/// `1h 30m`), or a bare number of seconds (`5`, `1.5`), as `sleep 5`, `timeout 5` and
+/// `flock -w 5` read it. Errors name the variable when the value came from one.
 pub(super) fn parse(flag: &str, value: &str) -> Result<Duration, Error> {
-    let d = humantime::parse_duration(value.trim()).map_err(|e| {
-        usage(format!("{flag}: invalid duration {value:?}: {e} (examples: 500ms, 30s, 5m, '1h 30m')"))
-    })?;
+    let value = value.trim();
+    let refused = |why: String| usage(format!("{}: {why}", named(flag)));
+    if value.starts_with('-') {
+        return Err(refused(format!("{value:?}: durations cannot be negative")));
+    }
+    let too_long = || refused(format!("{value:?} is longer than the 10 years this tool accepts"));
+    let d = match seconds(value) {
+        Some(Ok(d)) => d,
+        Some(Err(BadNumber::TooFine)) => {
+            return Err(refused(format!(
+                "{value:?} has more than 9 decimal places: a duration is counted in nanoseconds"
+            )));
+        }
+        Some(Err(BadNumber::TooLong)) => return Err(too_long()),
+        None => humantime::parse_duration(value).map_err(|e| {
+            refused(format!(
+                "invalid duration {value:?}: {e} (examples: 5 or 1.5 for seconds, 500ms, 30s, 5m, '1h 30m')"
+            ))
+        })?,
+    };
     if d > MAX_DURATION {
-        return Err(usage(format!("{flag}: {value:?} is longer than the 10 years this tool accepts")));
+        return Err(too_long());
     }
     Ok(d)
+}
+
+/// Why a bare number of seconds is no duration.
+#[derive(Debug, PartialEq, Eq)]
+enum BadNumber {
+    /// More than nine decimal places.
+    TooFine,
+    /// More seconds than a `Duration` holds.
+    TooLong,
+}
+
+/// A bare number of seconds, exactly: digits with an optional decimal point (`5`, `1.5`,
+/// `.5`, `5.`). `None` for anything else (a sign, an exponent, `nan`, `inf`, a unit), which
+/// is left to humantime.
+fn seconds(value: &str) -> Option<Result<Duration, BadNumber>> {
+    let (whole, fraction) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    if fraction.len() > 9 {
+        return Some(Err(BadNumber::TooFine));
+    }
+    let secs = match whole {
+        "" => 0,
+        _ => match whole.parse::<u64>() {
+            Ok(secs) => secs,
+            Err(_) => return Some(Err(BadNumber::TooLong)),
+        },
+    };
+    let nanos = if fraction.is_empty() { 0 } else { format!("{fraction:0<9}").parse().expect("nine digits") };
+    Some(Ok(Duration::new(secs, nanos)))
 }
 
 /// No duration is longer: keeps every deadline computed from one far from clock overflow.
 pub(super) const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{BadNumber, MAX_DURATION, parse, seconds};
+
+    #[test]
+    fn a_bare_number_is_seconds_to_the_nanosecond() {
+        for (value, d) in [
+            ("5", Duration::from_secs(5)),
+            ("0", Duration::ZERO),
+            ("1.5", Duration::from_millis(1500)),
+            (".5", Duration::from_millis(500)),
+            ("5.", Duration::from_secs(5)),
+            ("007", Duration::from_secs(7)),
+            ("0.000000001", Duration::from_nanos(1)),
+            ("1.123456789", Duration::new(1, 123_456_789)),
+        ] {
+            assert_eq!(seconds(value), Some(Ok(d)), "{value}");
+            assert_eq!(parse("--wait", value).unwrap(), d, "{value}");
+        }
+        assert_eq!(seconds("0.0000000001"), Some(Err(BadNumber::TooFine)));
+        assert_eq!(seconds("99999999999999999999"), Some(Err(BadNumber::TooLong)));
+        for other in ["", ".", "1.2.3", "-0", "+5", "1e3", "nan", "inf", "5s", "1,5", " 5", "٣"] {
+            assert_eq!(seconds(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn durations_are_refused_with_the_reason() {
+        let err = |value: &str| parse("--wait", value).unwrap_err().to_string();
+        for value in ["nan", "inf", "1e3", ".", "", "1.2.3", "0x10", "+5", "1,5", "5 parsecs"] {
+            assert!(err(value).starts_with("--wait: invalid duration"), "{value:?}: {}", err(value));
+        }
+        for value in ["-0", "-1.5", " -5s"] {
+            assert!(err(value).contains("durations cannot be negative"), "{value:?}: {}", err(value));
+        }
+        assert!(err("1.0000000001").contains("more than 9 decimal places"));
+        for value in ["99999999999999999999", "316224001", "11y"] {
+            assert!(err(value).contains("longer than the 10 years"), "{value:?}: {}", err(value));
+        }
+        assert_eq!(parse("--wait", &MAX_DURATION.as_secs().to_string()).unwrap(), MAX_DURATION);
+        assert_eq!(parse("--wait", " 2.5 ").unwrap(), Duration::from_millis(2500));
+        assert_eq!(parse("--wait", "1h 30m").unwrap(), Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn only_the_wait_can_be_forever() {
+        assert_eq!(super::wait("--wait", "forever").unwrap(), None);
+        assert_eq!(super::wait("--wait", " Forever ").unwrap(), None);
+        assert_eq!(super::wait("--wait", "0").unwrap(), Some(Duration::ZERO));
+        assert_eq!(super::wait("--wait", "2.5").unwrap(), Some(Duration::from_millis(2500)));
+        assert!(super::wait("--wait", "forever and a day").is_err());
+        assert!(parse("--max-runtime", "forever").is_err());
+    }
+}

@@ -165,8 +165,9 @@ pub struct Config {
     pub keys: Vec<Vec<u8>>,
     /// The lease length, whole milliseconds, as sent to Redis (`--ttl`).
     pub ttl: Duration,
-    /// How long to wait for a busy lock; zero fails at once (`--wait`).
-    pub wait: Duration,
+    /// How long to wait for a busy lock; zero fails at once, `None` waits without a limit
+    /// (`--wait`, `forever`).
+    pub wait: Option<Duration>,
     /// Run without a lock when Redis cannot be reached at all (`--fail-open`).
     pub fail_open: bool,
     /// The least time the lock stays after the acquisition, the command's end notwithstanding
@@ -208,7 +209,7 @@ impl Config {
         // Redis expires keys in whole milliseconds; the local lease uses exactly what is sent.
         let ttl = Duration::from_millis(ttl.as_millis().try_into().unwrap_or(u64::MAX));
         if ttl.is_zero() {
-            return Err(usage("--ttl must be at least 1ms"));
+            return Err(usage(format!("{} must be at least 1ms", named("--ttl"))));
         }
         let renew_every_flag =
             cli.renew_every.as_deref().map(|s| duration("--renew-every", s)).transpose()?;
@@ -218,13 +219,23 @@ impl Config {
         let kill_grace_for =
             |ttl: Duration| kill_grace_flag.unwrap_or((ttl / 6).min(Duration::from_secs(10)));
         let (renew_every, kill_grace) = (renew_every_for(ttl), kill_grace_for(ttl));
-        let wait = duration_or_zero("--wait", &cli.wait)?;
+        let wait = wait("--wait", &cli.wait)?;
+        if wait.is_none() && cli.fail_open {
+            // It would fail open only once Redis had been unreachable for the whole wait.
+            let (fail_open, wait) = (named("--fail-open"), named("--wait"));
+            return Err(usage(format!(
+                "{fail_open} runs the command without the lock once Redis has stayed unreachable for \
+                 the whole wait, which {wait}=forever never ends: give {wait} a limit, or drop {fail_open}"
+            )));
+        }
         let min_hold = match &cli.min_hold {
             Some(s) => duration_or_zero("--min-hold", s)?,
             None => Duration::ZERO,
         };
         let idempotency = match &cli.idempotency_key {
-            Some(id) if id.is_empty() => return Err(usage("--idempotency-key must not be empty")),
+            Some(id) if id.is_empty() => {
+                return Err(usage(format!("{} must not be empty", named("--idempotency-key"))));
+            }
             Some(id) => Some(Idempotency {
                 id: id.as_bytes().to_vec(),
                 ttl: whole_millis("--idempotency-ttl", &cli.idempotency_ttl)?,
@@ -436,9 +447,14 @@ mod tests {
             ("rediss://h#insecure", "rediss://h:26379#insecure"),
             ("redis://[::1]/", "redis://[::1]:26379/"),
         ] {
-            assert_eq!(sentinel_url(given).unwrap(), url, "{given}");
+            assert_eq!(sentinel_url(given, "--sentinel").unwrap(), url, "{given}");
         }
-        let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock").unwrap_err().to_string();
+        let e = sentinel_url("unix://u:S3cret@/run/sentinel.sock", "--sentinel").unwrap_err().to_string();
         assert!(e.contains("HOST[:PORT]") && !e.contains("S3cret"), "{e}");
+        for pasted in ["S3c!ret", "S3c%ret:26379", "u:pw@S3c$ret", "S3cret:pw", ""] {
+            let e = sentinel_url(pasted, "REDLOCK_SENTINEL").unwrap_err().to_string();
+            assert!(e.starts_with("REDLOCK_SENTINEL ") && e.contains("not a host name"), "{pasted}: {e}");
+            assert!(!e.to_lowercase().contains("s3c"), "{pasted}: {e}");
+        }
     }
 }

@@ -38,31 +38,49 @@ pub(super) fn redis_config(
     // REDLOCK_SENTINEL is read here rather than by clap, which would split `--sentinel` values
     // at commas too (a comma in a password would cut it in two, and send the first half to a
     // host named by the second).
-    let sentinels: Vec<String> = if args.sentinel.is_empty() {
+    let (sentinels, sentinel_source): (Vec<String>, _) = if args.sentinel.is_empty() {
         let listed = non_empty_env("REDLOCK_SENTINEL")?.unwrap_or_default();
-        listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+        let listed = listed.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        (listed, "REDLOCK_SENTINEL")
     } else {
-        args.sentinel.clone()
+        (args.sentinel.clone(), "--sentinel")
     };
     match (&args.sentinel_master, sentinels.is_empty()) {
-        (Some(_), true) => return Err(usage("--sentinel-master needs --sentinel (or REDLOCK_SENTINEL)")),
-        (None, false) => return Err(usage("--sentinel needs --sentinel-master")),
+        (Some(_), true) => {
+            return Err(usage(format!(
+                "{} needs --sentinel (or REDLOCK_SENTINEL)",
+                named("--sentinel-master")
+            )));
+        }
+        (None, false) => {
+            return Err(usage(format!(
+                "{sentinel_source} needs --sentinel-master (or REDLOCK_SENTINEL_MASTER)"
+            )));
+        }
         _ if args.cluster && !sentinels.is_empty() => {
             return Err(usage("--cluster and --sentinel do not go together"));
         }
         _ => {}
     }
     if args.sentinel_password_file.is_some() && sentinels.is_empty() {
-        return Err(usage("--sentinel-password-file needs --sentinel (or REDLOCK_SENTINEL)"));
+        return Err(usage(format!(
+            "{} needs --sentinel (or REDLOCK_SENTINEL)",
+            named("--sentinel-password-file")
+        )));
     }
     let topology = if args.cluster {
         Topology::Cluster { seeds: urls.clone() }
     } else if let Some(master) = &args.sentinel_master {
-        let sentinels: Vec<String> = sentinels.iter().map(|s| sentinel_url(s)).collect::<Result<_, _>>()?;
+        let sentinels: Vec<String> =
+            sentinels.iter().map(|s| sentinel_url(s, sentinel_source)).collect::<Result<_, _>>()?;
+        // Parsed here too, where the error can name the variable a malformed one came from.
+        for sentinel in &sentinels {
+            crate::lock::url::parse(sentinel, sentinel_source)?;
+        }
         for (i, sentinel) in sentinels.iter().enumerate() {
             if sentinels[..i].contains(sentinel) {
                 return Err(usage(format!(
-                    "--sentinel {} is given more than once",
+                    "{sentinel_source} {} is given more than once",
                     crate::lock::url::redact_url(sentinel)
                 )));
             }
@@ -89,7 +107,9 @@ pub(super) fn redis_config(
     };
     let read = |flag: &str, path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, Error> {
         path.as_ref()
-            .map(|p| std::fs::read(p).map_err(|e| Error::Config(format!("{flag} {}: {e}", p.display()))))
+            .map(|p| {
+                std::fs::read(p).map_err(|e| Error::Config(format!("{} {}: {e}", named(flag), p.display())))
+            })
             .transpose()
     };
     let tls = Tls {
@@ -126,8 +146,9 @@ pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// A Sentinel as given, as a URL: `redis://HOST:PORT` for `HOST[:PORT]`, `redis://…` and
 /// `rediss://…` as they are, with Sentinel's own port, 26379, wherever none is given (where a
 /// Redis URL would mean 6379), and the host in lowercase (see `lock::url::lowercase_host`).
-/// `USER:PASSWORD@HOST[:PORT]` without a scheme is taken as `redis://`.
-pub(super) fn sentinel_url(addr: &str) -> Result<String, Error> {
+/// `USER:PASSWORD@HOST[:PORT]` without a scheme is taken as `redis://`. `source`: the flag or
+/// variable that gave it, for the error.
+pub(super) fn sentinel_url(addr: &str, source: &str) -> Result<String, Error> {
     let (scheme, rest, bare) = match addr.split_once("://") {
         Some((scheme, rest))
             if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") =>
@@ -136,7 +157,7 @@ pub(super) fn sentinel_url(addr: &str) -> Result<String, Error> {
         }
         Some(_) => {
             return Err(Error::Config(format!(
-                "--sentinel {}: give a Sentinel as HOST[:PORT], redis://[USER[:PASSWORD]@]HOST[:PORT] or \
+                "{source} {}: give a Sentinel as HOST[:PORT], redis://[USER[:PASSWORD]@]HOST[:PORT] or \
                  rediss://… for TLS",
                 crate::lock::url::redact_url(addr)
             )));
@@ -152,6 +173,21 @@ pub(super) fn sentinel_url(addr: &str) -> Result<String, Error> {
         Some((credentials, host)) => (format!("{credentials}@"), host.to_ascii_lowercase()),
         None => (String::new(), authority.to_ascii_lowercase()),
     };
+    // A bare value that no host could have may be a password pasted in the wrong place: it is
+    // refused without being shown.
+    let host_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    let plausible = host.starts_with('[')
+        || match host.rsplit_once(':') {
+            Some((name, port)) => name.chars().all(host_char) && port.bytes().all(|b| b.is_ascii_digit()),
+            None => host.chars().all(host_char),
+        };
+    if bare && (host.is_empty() || !plausible) {
+        return Err(Error::Config(format!(
+            "{source} {}: not a host name: give a Sentinel as HOST[:PORT], \
+             [USER:PASSWORD@]HOST[:PORT] or redis[s]://…; the value is not shown, in case it is a password",
+            crate::lock::url::redact_url(addr)
+        )));
+    }
     let has_port = match host.strip_prefix('[') {
         Some(v6) => v6.split_once(']').is_some_and(|(_, rest)| rest.starts_with(':')),
         None => host.contains(':'),
@@ -195,7 +231,7 @@ pub(super) fn pem(
         },
     };
     match problem {
-        Some(problem) => Err(Error::Config(format!("{flag} {shown} {problem}"))),
+        Some(problem) => Err(Error::Config(format!("{} {shown} {problem}", named(flag)))),
         None => Ok(Some(bytes)),
     }
 }
@@ -205,24 +241,25 @@ pub(super) fn read_password(flag: &str, path: &std::path::Path) -> Result<String
     use std::io::Read;
     // Only the first line counts; a file that never ends (`/dev/zero`) is read no further.
     const MOST: u64 = 64 * 1024;
-    let failed = |e: std::io::Error| Error::Config(format!("{flag} {}: {e}", path.display()));
+    let failed = |e: std::io::Error| Error::Config(format!("{} {}: {e}", named(flag), path.display()));
     let mut bytes = Vec::new();
     std::fs::File::open(path).and_then(|f| f.take(MOST).read_to_end(&mut bytes)).map_err(failed)?;
     let first = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
     if first.len() == bytes.len() && bytes.len() as u64 == MOST {
         return Err(Error::Config(format!(
-            "{flag} {}: no line ends within the first {} KiB",
+            "{} {}: no line ends within the first {} KiB",
+            named(flag),
             path.display(),
             MOST / 1024
         )));
     }
     let first = first.strip_suffix(b"\r").unwrap_or(first);
     let password = String::from_utf8(first.to_vec()).map_err(|_| {
-        Error::Config(format!("{flag} {}: the first line is not valid UTF-8", path.display()))
+        Error::Config(format!("{} {}: the first line is not valid UTF-8", named(flag), path.display()))
     })?;
     if password.is_empty() {
         let what = if bytes.is_empty() { "the file is empty" } else { "its first line is empty" };
-        return Err(Error::Config(format!("{flag} {}: {what}", path.display())));
+        return Err(Error::Config(format!("{} {}: {what}", named(flag), path.display())));
     }
     Ok(password)
 }

@@ -15,5 +15,5 @@ pub use guardian::{
     CHEAP_EXEC, Guardian, Ready, Releaser, Verdict, guardian_role, monotonic_ns, reap_guardians, ticket_file,
 };
 pub use limits::enough_descriptors;
-pub use spawn::{GuardianGone, Launch, become_subreaper, spawn};
+pub use spawn::{GuardianGone, Launch, become_subreaper, found_on_path, spawn};
 pub use terminal::{foreground_terminal, give_terminal_to, terminal_group};

@@ -224,6 +224,12 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
+/// Whether a file called `program` is where execvp(3) looks for it (what the command line
+/// means by a word that could also be a mistyped subcommand).
+pub fn found_on_path(program: &std::ffi::OsStr) -> bool {
+    candidates(program, std::env::var_os("PATH").as_deref()).iter().any(|c| std::path::Path::new(c).is_file())
+}
+
 /// Where execvp(3) looks for `program`: the path itself when it has a `/`, else each directory
 /// of `path` (PATH) in order (an empty entry is the current directory; no PATH:
 /// `/bin:/usr/bin`).

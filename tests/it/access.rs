@@ -181,6 +181,54 @@ fn malformed_urls_never_show_the_password_and_name_their_source() {
     }
 }
 
+/// A value without a scheme may be a password pasted in the wrong place: it is never shown,
+/// whether from `--redis-url` or either variable, by a run at any level of `-v`, by `status`
+/// or by `release`; nor is a Sentinel given as a bare address that no host could have.
+#[test]
+fn a_url_without_a_scheme_is_never_shown() {
+    let forms =
+        ["S3cretPw", "S3cret:pw", "S3cret:6379", "pa@S3cret", "pa:S3c@ret@h:1", "redi:S3cret", " S3cret"];
+    let subcommands: [&[&str]; 4] = [
+        &["-k", "k", "--", "true"],
+        &["-vv", "-k", "k", "--", "true"],
+        &["status", "-vv", "-k", "k"],
+        &["release", "-k", "k", "--force"],
+    ];
+    for url in forms {
+        for args in subcommands {
+            for source in ["--redis-url", "REDLOCK_REDIS_URL", "REDIS_URL"] {
+                let mut cmd = wrapper();
+                match source {
+                    "--redis-url" if args[0] == "status" || args[0] == "release" => {
+                        cmd.args([args[0], "--redis-url", url]).args(&args[1..])
+                    }
+                    "--redis-url" => cmd.args(["--redis-url", url]).args(args),
+                    env => cmd.env(env, url).args(args),
+                };
+                let r = run(&mut cmd, LIMIT);
+                let what = format!("{url:?} via {source}, {args:?}");
+                assert_eq!(r.code, 78, "{what}: {}", r.stderr);
+                assert!(!r.stderr.to_lowercase().contains("s3c"), "{what}: {}", r.stderr);
+                assert!(r.stderr.contains(&format!("{source} ")), "names {source}: {}", r.stderr);
+            }
+        }
+    }
+    for sentinel in ["S3c!ret", "S3c%ret:26379", "S3c&ret,h"] {
+        for source in ["--sentinel", "REDLOCK_SENTINEL"] {
+            let mut cmd = wrapper();
+            match source {
+                "--sentinel" => cmd.args(["--sentinel", sentinel]),
+                env => cmd.env(env, sentinel),
+            };
+            let r = run(cmd.args(["-vv", "--sentinel-master", "m", "-k", "k", "--", "true"]), LIMIT);
+            let what = format!("{sentinel:?} via {source}");
+            assert_eq!(r.code, 78, "{what}: {}", r.stderr);
+            assert!(!r.stderr.to_lowercase().contains("s3c"), "{what}: {}", r.stderr);
+            assert!(r.stderr.contains(source), "names {source}: {}", r.stderr);
+        }
+    }
+}
+
 #[test]
 fn sentinel_and_cluster_targets_never_show_the_password() {
     let port = free_port().to_string();

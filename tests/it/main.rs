@@ -6,6 +6,7 @@ mod support;
 
 mod access;
 mod basics;
+mod command_line;
 mod crash;
 mod docs;
 mod exit_statuses;

@@ -266,6 +266,89 @@ fn sigterm_while_waiting_for_a_busy_lock() {
     assert_eq!(redis.get(b"lock:waiting").as_deref(), Some(&b"other-holder"[..]));
 }
 
+/// `--wait forever` (or `REDLOCK_WAIT=forever`) waits without a limit, like flock without -w:
+/// for the holder's release, and for a Redis that is down at the start; a signal still ends
+/// the wait (128+N) with nothing held. `--fail-open`, which would never come to pass, is
+/// refused with it.
+#[test]
+fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
+    let redis = RedisServer::start();
+    let holder = redlock(&redis).args(["-k", "lock:forever", "--", "sleep", "1.5"]).spawn().expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:forever")));
+    let waiters: Vec<_> = [("--wait", "forever"), ("REDLOCK_WAIT", "forever")]
+        .into_iter()
+        .map(|(source, value)| {
+            let mut cmd = redlock(&redis);
+            if source == "--wait" {
+                cmd.args([source, value]);
+            } else {
+                cmd.env(source, value);
+            }
+            cmd.args(["-vv", "-k", "lock:forever", "--", "true"])
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    assert!(wait_output(holder, LIMIT).status.success());
+    for waiter in waiters {
+        let out = wait_output(waiter, LIMIT);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(!stderr.contains("year"), "no limit is shown as one: {stderr}");
+    }
+    assert!(!redis.exists(b"lock:forever"));
+
+    let port = free_port();
+    let late = default_signals(&mut std::process::Command::new(bin()))
+        .args(["-k", "lock:late", "--wait", "forever", "--redis-url", &format!("redis://127.0.0.1:{port}")])
+        .args(["--", "echo", "ran"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Longer than the outage budget of a run that does not wait.
+    std::thread::sleep(Duration::from_millis(1500));
+    let _late_redis = RedisServer::start_on(port);
+    let out = wait_output(late, LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, b"ran\n");
+
+    redis.cmd::<()>(&[b"SET", b"lock:forever", b"other-holder", b"PX", b"60000"]);
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:forever", "--wait", "forever", "--", "true"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    kill(Pid::from_raw(waiter.id() as i32), Signal::SIGINT).unwrap();
+    assert_eq!(wait_bounded(&mut waiter, LIMIT).code(), Some(130));
+    assert_eq!(redis.get(b"lock:forever").as_deref(), Some(&b"other-holder"[..]));
+    assert_eq!(redis.cmd::<i64>(&[b"EXISTS", b"{lock:forever}:queue"]), 0, "left the queue");
+
+    let r = run(
+        redlock(&redis).args(["-k", "lock:open", "--wait", "forever", "--fail-open", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("--fail-open") && r.stderr.contains("--wait=forever"), "{}", r.stderr);
+    let r = run(
+        redlock(&redis).env("REDLOCK_WAIT", "forever").env("REDLOCK_FAIL_OPEN", "1").args([
+            "-k",
+            "lock:open",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("REDLOCK_FAIL_OPEN") && r.stderr.contains("REDLOCK_WAIT=forever"),
+        "{}",
+        r.stderr
+    );
+}
+
 #[test]
 fn bad_policy_input_is_a_usage_error() {
     let redis = RedisServer::start();

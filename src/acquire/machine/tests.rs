@@ -56,7 +56,8 @@ enum Ev {
 
 #[derive(Debug, Clone)]
 struct Case {
-    wait_ms: u64,
+    /// `None`: `--wait forever`.
+    wait_ms: Option<u64>,
     grace_ms: u64,
     ttl_ms: u64,
     fail_open: bool,
@@ -72,7 +73,7 @@ impl Case {
         let keys: Vec<Vec<u8>> =
             if self.two_keys { vec![b"a".to_vec(), b"b".to_vec()] } else { vec![b"a".to_vec()] };
         Rules {
-            wait: ms(self.wait_ms),
+            wait: self.wait_ms.map(ms),
             kill_grace: ms(self.grace_ms),
             ttl: ms(self.ttl_ms),
             fail_open: self.fail_open,
@@ -139,7 +140,10 @@ fn event() -> impl Strategy<Value = Ev> {
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        (prop_oneof![Just(0u64), Just(300), Just(1500), Just(4000)], prop_oneof![Just(5u64), Just(200)]),
+        (
+            prop_oneof![Just(Some(0u64)), Just(Some(300)), Just(Some(1500)), Just(Some(4000)), Just(None)],
+            prop_oneof![Just(5u64), Just(200)],
+        ),
         (prop_oneof![Just(1000u64), Just(5000)], any::<bool>(), any::<bool>()),
         (any::<bool>(), any::<bool>(), any::<u64>()),
         proptest::collection::vec(event(), 0..40),
@@ -241,7 +245,7 @@ impl World {
     }
 
     fn queued(&self) -> bool {
-        !self.rules.wait.is_zero() && self.rules.queues
+        self.rules.waits() && self.rules.queues
     }
 
     fn start(&mut self) {
@@ -266,12 +270,12 @@ impl World {
             assert!(self.awaiting.is_none(), "an action after one that awaits an answer: {action:?}");
             match action {
                 Action::Subscribe => {
-                    assert!(!self.rules.wait.is_zero(), "subscribed for --wait 0");
+                    assert!(self.rules.waits(), "subscribed for --wait 0");
                     self.begin_attempt();
                     self.awaiting = Some(Awaiting::Subscribe);
                 }
                 Action::Attempt { join } => {
-                    assert_eq!(join, !self.rules.wait.is_zero(), "joins the queue exactly when it waits");
+                    assert_eq!(join, self.rules.waits(), "joins the queue exactly when it waits");
                     if !matches!(was, Some(Awaiting::Subscribe)) {
                         self.begin_attempt();
                     }
@@ -286,12 +290,16 @@ impl World {
                     self.awaiting = Some(Awaiting::Nested);
                 }
                 Action::Sleep(wait) => {
-                    // Invariants 4 and 6: each wait has a timer, due by the end of the budget.
+                    // Invariants 4 and 6: each wait has a timer, due by the end of the budget, and
+                    // within a retry period whatever the budget (none, with --wait forever).
                     assert!(wait.until >= self.now, "a wait that ended before it began");
-                    assert!(wait.until <= self.machine.outage_until(), "a wait past the outage budget");
+                    let within = |end: Option<Instant>| end.is_none_or(|end| wait.until <= end);
+                    assert!(within(self.machine.outage_until()), "a wait past the outage budget");
                     if wait.wakeups {
-                        assert!(wait.until <= self.machine.wait_until(), "a busy wait past --wait");
+                        assert!(within(self.machine.wait_until()), "a busy wait past --wait");
                     }
+                    let period = QUEUE_KEEPALIVE.max(BUSY_RETRY_CAP + 50 * MS).max(Duration::from_secs(1));
+                    assert!(wait.until <= self.now + period, "a wait longer than a retry period");
                     self.awaiting = Some(Awaiting::Sleep(wait));
                 }
                 Action::Leave => {
@@ -304,7 +312,7 @@ impl World {
                 }
                 Action::Log(Note::Queued { .. }) => self.queued_notes += 1,
                 Action::Log(Note::Unqueued { .. }) => {
-                    assert!(!self.rules.wait.is_zero() && !self.rules.queues, "an unqueued waiter only");
+                    assert!(self.rules.waits() && !self.rules.queues, "an unqueued waiter only");
                     self.unqueued_notes += 1;
                 }
                 Action::Unsubscribe
@@ -322,7 +330,7 @@ impl World {
         // Invariant 1: after a busy wait, no attempt once --wait + Handover::LATE has passed.
         if self.after_busy_wait {
             assert!(
-                self.now <= self.machine.wait_until() + Handover::LATE,
+                self.machine.wait_until().is_none_or(|until| self.now <= until + Handover::LATE),
                 "an attempt after the wait ran out"
             );
         }
@@ -361,9 +369,10 @@ impl World {
                     self.now += ms(latency_ms);
                     self.answer(reply)
                 }
+                // Without a limit only the lock (or a signal) ends a wait.
                 (Awaiting::Attempt, None) => {
                     self.now += 20 * MS;
-                    self.answer(Reply::Unavailable)
+                    self.answer(if self.rules.wait.is_none() { Reply::Granted } else { Reply::Unavailable })
                 }
                 (Awaiting::Nested, Some(Ev::Nested(waits))) => Input::Nested(waits),
                 (Awaiting::Nested, None) => Input::Nested(false),
@@ -477,7 +486,7 @@ impl World {
         };
         let now = self.now;
         let wait_until = self.machine.wait_until();
-        let outage_over = now >= self.machine.outage_until();
+        let outage_over = self.machine.outage_until().is_some_and(|until| now >= until);
         let grace = self.rules.kill_grace;
         let outage = |last: Last| matches!(last, Last::Fault(Reply::Unavailable | Reply::Transient));
         match end {
@@ -488,7 +497,10 @@ impl World {
                 };
                 assert!(since, "took a handover older than the last attempt");
                 assert!(Handover::usable(&expected, now, grace), "took a handover too short to use");
-                assert!(now <= wait_until + Handover::LATE, "took a handover after the wait ran out");
+                assert!(
+                    wait_until.is_none_or(|until| now <= until + Handover::LATE),
+                    "took a handover after the wait ran out"
+                );
                 assert_eq!(
                     lease.deadline(),
                     expected.deadline(),
@@ -530,8 +542,11 @@ impl World {
                 };
                 assert_eq!(*context, expected);
             }
-            End::Busy { .. } => {
-                assert!(now >= wait_until, "gave up before --wait ran out");
+            End::Busy { nested, .. } => {
+                match wait_until {
+                    Some(until) => assert!(now >= until, "gave up before --wait ran out"),
+                    None => assert!(nested.is_some(), "gave up a wait without a limit"),
+                }
                 assert!(!self.joined || self.gave_back, "gave up busy without leaving the queue");
             }
             End::Interrupted(_) => {
@@ -608,7 +623,7 @@ impl Drive {
 
 fn rules(wait: Duration, queues: bool, fail_open: bool) -> Rules {
     Rules {
-        wait,
+        wait: Some(wait),
         kill_grace: 200 * MS,
         ttl: Duration::from_secs(5),
         fail_open,
@@ -703,7 +718,7 @@ fn an_outage_then_success() {
         let out = d.feed(at, unavailable());
         assert!(matches!(&out[0], Action::Log(Note::Outage { msg, .. }) if msg == "connection refused"));
         let wait = sleep(&out);
-        assert!(!wait.wakeups && wait.until <= d.machine.outage_until());
+        assert!(!wait.wakeups && wait.until <= d.machine.outage_until().unwrap());
         at = wait.until - d.start;
         assert_eq!(d.feed(at, Input::Timer), [Action::Attempt { join: false }]);
     }
@@ -718,10 +733,10 @@ fn outage_to_the_end(d: &mut Drive, mut out: Vec<Action>) -> Option<Context> {
     while d.machine.end().is_none() {
         let at = sleep(&out).until - d.start;
         let attempt = d.feed(at, Input::Timer);
-        assert_eq!(attempt.last(), Some(&Action::Attempt { join: !d.machine.rules.wait.is_zero() }));
+        assert_eq!(attempt.last(), Some(&Action::Attempt { join: d.machine.rules.waits() }));
         out = d.feed(at + 20 * MS, unavailable());
     }
-    assert!(d.now >= d.machine.outage_until(), "gave up before the budget ran out");
+    assert!(d.now >= d.machine.outage_until().unwrap(), "gave up before the budget ran out");
     assert_eq!(out.last(), Some(&Action::Abandon), "gave up without taking back the attempt");
     match d.machine.take_end() {
         Some(End::Unlocked { .. }) => None,
@@ -758,7 +773,7 @@ fn fail_open_only_when_redis_never_answered() {
     let at = d.now - d.start;
     assert_eq!(d.feed(at + MS, Input::Subscribed(Ok(()))), [Action::Attempt { join: true }]);
     let out = d.feed(at + 2 * MS, busy());
-    assert!(sleep(&out).until <= d.machine.wait_until());
+    assert!(sleep(&out).until <= d.machine.wait_until().unwrap());
     let at = sleep(&out).until - d.start;
     d.feed(at, Input::Timer);
     let out = d.feed(at + 20 * MS, unavailable());
@@ -799,4 +814,48 @@ fn a_change_of_master_subscribes_again_before_the_next_attempt() {
     d.feed(2 * MS, busy());
     assert_eq!(d.feed(50 * MS, Input::MasterChanged), [Action::Unsubscribe, Action::Subscribe]);
     assert_eq!(d.feed(51 * MS, Input::Subscribed(Ok(()))), [Action::Attempt { join: true }]);
+}
+
+/// `--wait forever`: a busy lock and an outage are waited out however long they last, each
+/// wait within a retry period (no deadline computed from the limit it does not have); a
+/// signal still ends it.
+#[test]
+fn wait_forever_has_no_end_but_a_signal() {
+    let forever = Rules { wait: None, ..rules(Duration::ZERO, true, false) };
+    let (mut d, out) = Drive::new(forever.clone());
+    assert_eq!(out, [Action::Subscribe]);
+    assert_eq!(d.feed(MS, Input::Subscribed(Ok(()))), [Action::Attempt { join: true }]);
+    let year = Duration::from_secs(366 * 24 * 3600);
+    for at in [2 * MS, year, 10 * year] {
+        let out = d.feed(at, busy());
+        let wait = sleep(&out);
+        assert!(wait.wakeups && wait.until <= d.now + QUEUE_KEEPALIVE, "{wait:?}");
+        assert_eq!(d.feed(wait.until - d.start, Input::Timer), [Action::Attempt { join: true }]);
+    }
+    for _ in 0..3 {
+        let at = d.now - d.start + 20 * MS;
+        let wait = sleep(&d.feed(at, unavailable()));
+        assert!(!wait.wakeups && wait.until <= d.now + Duration::from_secs(1), "{wait:?}");
+        assert_eq!(d.feed(wait.until - d.start, Input::Timer), [Action::Attempt { join: true }]);
+    }
+    assert!(d.machine.end().is_none());
+    assert_eq!(d.feed(d.now - d.start + MS, Input::Signal(Signal::SIGINT)), [Action::Abandon]);
+    assert!(matches!(d.machine.end(), Some(End::Interrupted(Signal::SIGINT))));
+}
+
+/// A nested run that waits without a limit behind a waiter for the outer run's lock would
+/// wait for as long as that waiter does, maybe forever, while its outer run cannot end: it
+/// is busy at once, saying why.
+#[test]
+fn a_nested_wait_without_a_limit_that_cannot_end_is_busy_at_once() {
+    let nested =
+        Rules { wait: None, outer_keys: Some(vec![b"outer".to_vec()]), ..rules(Duration::ZERO, true, false) };
+    let (mut d, _) = Drive::new(nested);
+    d.feed(MS, Input::Subscribed(Ok(())));
+    let queued =
+        Input::Answer(Ok(Acquired::Queued { key: 0, first: b"t1 host 2 0".to_vec(), position: Some(2) }));
+    let out = d.feed(2 * MS, queued);
+    assert!(matches!(out.last(), Some(Action::CheckNested { .. })), "{out:?}");
+    assert_eq!(d.feed(3 * MS, Input::Nested(true)), [Action::Leave]);
+    assert!(matches!(d.machine.end(), Some(End::Busy { nested: Some(why), .. }) if why.contains("outer")));
 }
