@@ -191,11 +191,30 @@ fn temp_path(path: &Path) -> PathBuf {
 /// read-only filesystem, an ACL) refuses it now, and checks that the rename can replace `path`.
 pub fn check_writable(path: &Path) -> std::io::Result<()> {
     use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::FileTypeExt;
     if path.file_name().is_none() {
         return Err(Error::new(ErrorKind::InvalidInput, "it names no file"));
     }
-    if path.is_dir() {
-        return Err(Error::new(ErrorKind::IsADirectory, "it is a directory"));
+    // The write renames a new file over the path, which would replace whatever is there.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let kind = meta.file_type();
+        let what = if kind.is_file() {
+            None
+        } else if kind.is_dir() {
+            Some("a directory")
+        } else if kind.is_symlink() {
+            Some("a symbolic link")
+        } else if kind.is_char_device() {
+            Some("a character device")
+        } else if kind.is_fifo() {
+            Some("a FIFO")
+        } else {
+            Some("a socket or a block device")
+        };
+        if let Some(what) = what {
+            let why = format!("it is {what}, not a regular file, and the write would replace it");
+            return Err(Error::new(ErrorKind::InvalidInput, why));
+        }
     }
     let tmp = temp_path(path);
     std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;

@@ -75,3 +75,31 @@ fn a_writable_metrics_file_passes_and_the_check_leaves_nothing_behind() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("job.prom")], "no temp file left behind");
 }
+
+/// The file is written by renaming a new one over the path: a device, a FIFO or a symbolic link
+/// there would be replaced by a regular file (`--metrics-file /dev/null` once replaced the
+/// device), so anything but a regular file is refused, and left as it was.
+#[test]
+fn a_metrics_path_that_is_no_regular_file_is_refused_and_left_alone() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tmp();
+    let fifo = file(&dir, "fifo.prom");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    refused(&fifo, true, "not a regular file");
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO is still one");
+
+    let target = file(&dir, "target.prom");
+    std::fs::write(&target, "").unwrap();
+    let link = file(&dir, "link.prom");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    refused(&link, false, "REDLOCK_METRICS_FILE");
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link is still one");
+
+    // A character device like /dev/null (root may make one; elsewhere the FIFO stands for it).
+    let device = file(&dir, "null.prom");
+    let made = std::process::Command::new("mknod").arg(&device).args(["c", "1", "3"]).status();
+    if made.is_ok_and(|s| s.success()) {
+        refused(&device, true, "a character device");
+        assert!(std::fs::symlink_metadata(&device).unwrap().file_type().is_char_device());
+    }
+}
