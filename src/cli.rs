@@ -236,7 +236,8 @@ pub struct Cli {
     ///
     /// The docs of this very binary, for a copied one: 'redlock-run --generate man >
     /// /usr/local/share/man/man1/redlock-run.1', 'redlock-run --generate bash >
-    /// /etc/bash_completion.d/redlock-run'. No environment variable: a run never turns into this.
+    /// /usr/share/bash-completion/completions/redlock-run'. No environment variable: a run never
+    /// turns into this.
     #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = "Output")]
     pub generate: Option<Generate>,
 
@@ -263,7 +264,15 @@ impl Cli {
             cmd.build();
             cmd = summary(cmd);
         }
-        let mut matches = cmd.try_get_matches_from_mut(args)?;
+        let mut matches = match cmd.try_get_matches_from_mut(args.clone()) {
+            // `--generate` is exclusive of every other option, and clap counts a variable as
+            // given: printing docs reads no configuration, so a wrapper's variables are dropped.
+            Err(e) if e.kind() == clap::error::ErrorKind::ArgumentConflict && asks_for_docs(&args) => {
+                cmd = cmd.mut_args(|a| a.env(None));
+                cmd.try_get_matches_from_mut(args)?
+            }
+            parsed => parsed?,
+        };
         let from_env = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
         let kind_from_env = (from_env("limit"), from_env("shared"));
         let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
@@ -376,6 +385,14 @@ fn did_you_mean(word: &str, meant: &str, cmd: &mut clap::Command) -> clap::Error
         ),
     )
     .with_cmd(cmd)
+}
+
+/// Whether the wrapper's own arguments (those before `--`) include `--generate`.
+fn asks_for_docs(args: &[OsString]) -> bool {
+    args.iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--generate" || a.to_string_lossy().starts_with("--generate="))
 }
 
 /// Whether the wrapper's own arguments (those before `--`) include `-h`, alone or among other

@@ -80,6 +80,14 @@ fn generate_offers_exactly_the_committed_kinds() {
     // A run never reads it from the environment.
     let out = Command::new(bin()).arg("--help").env("REDLOCK_GENERATE", "man").output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("REDLOCK_GENERATE"));
+    // Nor does it read the run's variables: a wrapper's environment does not get in its way.
+    let out = Command::new(bin())
+        .args(["--generate", "man"])
+        .envs([("REDLOCK_KEY", "k"), ("REDLOCK_TTL", "5"), ("REDLOCK_QUIET", "0"), ("REDLOCK_WAIT", "x")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), generate("man"));
 }
 
 /// README § Exit status is the table the man page prints.
@@ -120,7 +128,9 @@ fn exit_statuses() -> Vec<(String, String)> {
 #[test]
 fn the_man_page_has_the_sections_people_look_for() {
     let page = generate("man");
-    for section in [".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH EXAMPLES", ".SH \"SEE ALSO\""] {
+    for section in
+        [".SH DURATIONS", ".SH \"EXIT STATUS\"", ".SH ENVIRONMENT", ".SH EXAMPLES", ".SH \"SEE ALSO\""]
+    {
         assert!(page.contains(section), "{section}");
     }
     assert!(!page.contains(".SH EXTRA"));
