@@ -76,7 +76,16 @@ fn finish_main_page(page: &str) -> String {
     let extra = page.find(".SH EXTRA\n").expect("an EXTRA section");
     let version = page.find(".SH VERSION\n").expect("a VERSION section");
     let epilogue = &page[extra..version];
-    let mut sections = String::from(".SH \"EXIT STATUS\"\n");
+    // The epilogue's first sentence says how durations are written (already roff text).
+    let durations = epilogue.find("Durations").and_then(|at| {
+        let text = &epilogue[at..];
+        text.find("Every option").map(|end| text[..end].trim().to_owned())
+    });
+    let mut sections = String::new();
+    if let Some(durations) = durations {
+        sections.push_str(&format!(".SH DURATIONS\n{durations}\n"));
+    }
+    sections.push_str(".SH \"EXIT STATUS\"\n");
     for (code, meaning) in crate::exit::TABLE {
         sections.push_str(&item(code, meaning));
     }
