@@ -82,11 +82,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let json_only = |code| config.output.format.json_only(code);
 
     let wait_started = Instant::now();
-    let outcome = acquire(&mut lock, config, &mut signals, &mut guard).await;
+    let outcome = acquire(&mut lock, config, &mut signals, &mut guard, &mut report.queue_position).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease, handed_over, subscription) = match outcome? {
-        Outcome::Acquired { fences, lease, queue_position, handed_over, subscription } => {
-            report.queue_position = queue_position;
+        Outcome::Acquired { fences, lease, handed_over, subscription } => {
             (fences, lease, handed_over, subscription)
         }
         Outcome::AlreadyDone { record } => {

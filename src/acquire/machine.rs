@@ -168,8 +168,6 @@ pub enum End {
     Acquired {
         fences: Vec<i64>,
         lease: Lease,
-        /// This run's place in the queue when it joined (1 = next), if it had to queue.
-        queue_position: Option<u64>,
         handed_over: bool,
     },
     /// `--idempotency-key`: a run with this ID already succeeded.
@@ -315,6 +313,12 @@ impl Machine {
         self.end.as_ref()
     }
 
+    /// This run's place in the queue when it joined (1 = next), if it queued: kept whatever
+    /// the end, for the metrics of a run that gave up too.
+    pub fn queue_position(&self) -> Option<u64> {
+        self.queue_position
+    }
+
     pub fn take_end(&mut self) -> Option<End> {
         self.end.take()
     }
@@ -361,12 +365,7 @@ impl Machine {
                     && Handover::usable(&lease, now, self.rules.kill_grace)
                     && self.wait_until.is_none_or(|until| now <= until + Handover::LATE)
                 {
-                    self.end = Some(End::Acquired {
-                        fences: vec![fence],
-                        lease,
-                        queue_position: self.queue_position,
-                        handed_over: true,
-                    });
+                    self.end = Some(End::Acquired { fences: vec![fence], lease, handed_over: true });
                     return;
                 }
                 // A handover older than that attempt, too little of it certainly left, or the
@@ -407,12 +406,7 @@ impl Machine {
             Ok(Acquired::Yes { fences, lease })
                 if lease.remaining(now) > self.rules.kill_grace.max(KILL_AHEAD) =>
             {
-                self.end = Some(End::Acquired {
-                    fences,
-                    lease,
-                    queue_position: self.queue_position,
-                    handed_over: false,
-                });
+                self.end = Some(End::Acquired { fences, lease, handed_over: false });
             }
             Ok(Acquired::Yes { .. }) => {
                 out.push(Action::ReleaseShort);

@@ -27,8 +27,6 @@ pub enum Outcome {
         /// The fence of each key, in the order given.
         fences: Vec<i64>,
         lease: Lease,
-        /// This run's place in the queue when it joined (1 = next), if it had to queue.
-        queue_position: Option<u64>,
         /// A release handed the lock over: the lease is short until the first renewal, which
         /// goes out soon after the command's start (`Handover::CONFIRM_AFTER`).
         handed_over: bool,
@@ -44,12 +42,14 @@ pub enum Outcome {
 }
 
 /// `guard`: a run that has to wait starts its guardian meanwhile, so that the handoff, when it
-/// comes, does not wait for one (see [`Guard::prepare_to_wait`]).
+/// comes, does not wait for one (see [`Guard::prepare_to_wait`]). `queued_at`: the run's place
+/// in the queue when it joined (1 = next), whatever the outcome, if it queued.
 pub async fn acquire(
     lock: &mut Lock,
     config: &Config,
     signals: &mut Signals,
     guard: &mut Guard,
+    queued_at: &mut Option<u64>,
 ) -> Result<Outcome, Error> {
     let rules = Rules {
         wait: config.wait,
@@ -72,6 +72,7 @@ pub async fn acquire(
             machine.handle(input, Instant::now(), &mut actions);
         }
     }
+    *queued_at = machine.queue_position();
     let end = machine.take_end().expect("the machine asks for something until it has ended");
     shell.finish(end)
 }
@@ -150,13 +151,9 @@ impl Shell<'_> {
         let config = self.config;
         let at = |what: &str| format!("{what} at {}{}", self.lock.target(), config.redis.source_note());
         match end {
-            End::Acquired { fences, lease, queue_position, handed_over } => Ok(Outcome::Acquired {
-                fences,
-                lease,
-                queue_position,
-                handed_over,
-                subscription: self.releases.take(),
-            }),
+            End::Acquired { fences, lease, handed_over, .. } => {
+                Ok(Outcome::Acquired { fences, lease, handed_over, subscription: self.releases.take() })
+            }
             End::AlreadyDone { record } => Ok(Outcome::AlreadyDone { record }),
             End::Unlocked { reason } => Ok(Outcome::Unlocked { reason }),
             End::Busy { found, nested } => Err(busy(config, &found, nested.as_deref())),

@@ -196,3 +196,16 @@ fn the_last_success_carries_over_per_key_and_is_zero_without_one() {
     let (code, samples) = busy();
     assert_eq!((code, last_success(&samples)), (75, 0.0), "no success of {KEY} in the file");
 }
+
+/// A run that queued and gave up (its wait ran out, or a signal ended it) still says where it
+/// stood in the queue.
+#[test]
+fn a_run_that_queued_and_gave_up_keeps_its_place_in_the_queue() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"SET", KEY.as_bytes(), b"someone-else", b"PX", b"60000"]);
+    let dir = tmp();
+    let path = dir.path().join("job.prom");
+    let (code, samples) = metrics(&redis.url(), KEY, &path, &["--wait", "300ms", "--", "true"]);
+    assert_eq!(code, 75);
+    assert_eq!(value(&samples, "redlock_run_queue_position"), 1.0, "queued first, then gave up");
+}
