@@ -73,6 +73,7 @@ pub struct Cli {
         long,
         env = "REDLOCK_TTL",
         value_name = "DUR",
+        allow_negative_numbers = true,
         default_value = "30s",
         help_heading = "Lock"
     )]
@@ -85,6 +86,7 @@ pub struct Cli {
         long,
         env = "REDLOCK_BUSY_EXIT_CODE",
         value_name = "N",
+        allow_negative_numbers = true,
         default_value_t = crate::exit::status::BUSY,
         help_heading = "Lock",
     )]
@@ -99,6 +101,7 @@ pub struct Cli {
         long,
         env = "REDLOCK_LIMIT",
         value_name = "N",
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(u32).range(1..),
         help_heading = "Lock"
     )]
@@ -125,7 +128,13 @@ pub struct Cli {
     ///
     /// Counted from the acquisition, even if the command ends sooner (for cron hosts whose clocks
     /// disagree); the wrapper does not wait for it: the lock is left to expire then.
-    #[arg(long, env = "REDLOCK_MIN_HOLD", value_name = "DUR", help_heading = "Lock")]
+    #[arg(
+        long,
+        env = "REDLOCK_MIN_HOLD",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Lock"
+    )]
     pub min_hold: Option<String>,
 
     /// Succeed at most once per ID
@@ -141,6 +150,7 @@ pub struct Cli {
         long,
         env = "REDLOCK_IDEMPOTENCY_TTL",
         value_name = "DUR",
+        allow_negative_numbers = true,
         default_value = "7d",
         help_heading = "Lock"
     )]
@@ -155,6 +165,7 @@ pub struct Cli {
         long,
         env = "REDLOCK_WAIT",
         value_name = "DUR",
+        allow_negative_numbers = true,
         default_value = "0",
         help_heading = "Waiting"
     )]
@@ -177,14 +188,26 @@ pub struct Cli {
     ///
     /// The lease is renewed this often while the command runs; --ttl must leave room for one
     /// renewal, the stop path and clock drift.
-    #[arg(long, env = "REDLOCK_RENEW_EVERY", value_name = "DUR", help_heading = "Command supervision")]
+    #[arg(
+        long,
+        env = "REDLOCK_RENEW_EVERY",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Command supervision"
+    )]
     pub renew_every: Option<String>,
 
     /// Time between SIGTERM and SIGKILL
     ///
     /// When the command must stop (lost lock, --max-runtime, a signal to the wrapper), its
     /// process group gets SIGTERM, then SIGKILL this long after [default: min(10s, ttl/6)].
-    #[arg(long, env = "REDLOCK_KILL_GRACE", value_name = "DUR", help_heading = "Command supervision")]
+    #[arg(
+        long,
+        env = "REDLOCK_KILL_GRACE",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Command supervision"
+    )]
     pub kill_grace: Option<String>,
 
     /// What to do when the lock is lost
@@ -205,7 +228,13 @@ pub struct Cli {
     ///
     /// Like timeout(1): the command gets SIGTERM (SIGKILL after --kill-grace) and the run exits
     /// 124.
-    #[arg(long, env = "REDLOCK_MAX_RUNTIME", value_name = "DUR", help_heading = "Command supervision")]
+    #[arg(
+        long,
+        env = "REDLOCK_MAX_RUNTIME",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Command supervision"
+    )]
     pub max_runtime: Option<String>,
 
     /// Keep the command from gaining privileges
@@ -654,13 +683,25 @@ pub struct RedisArgs {
     /// Bound on connecting to Redis
     ///
     /// Default: from the lease, at most 5s.
-    #[arg(long, env = "REDLOCK_CONNECT_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_CONNECT_TIMEOUT",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Redis connection"
+    )]
     pub connect_timeout: Option<String>,
 
     /// Bound on each Redis request
     ///
     /// Default: from the lease, at most 2s.
-    #[arg(long, env = "REDLOCK_COMMAND_TIMEOUT", value_name = "DUR", help_heading = "Redis connection")]
+    #[arg(
+        long,
+        env = "REDLOCK_COMMAND_TIMEOUT",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = "Redis connection"
+    )]
     pub command_timeout: Option<String>,
 }
 

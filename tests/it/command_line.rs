@@ -83,6 +83,15 @@ fn a_bare_number_is_seconds_on_every_duration() {
         assert_eq!(r.code, 64, "{flag}={value}: {}", r.stderr);
         assert!(r.stderr.contains(flag), "{flag}={value} names the flag: {}", r.stderr);
     }
+    // A negative value as a word of its own is the flag's value, not an unknown option.
+    for args in
+        [["--wait", "-0"], ["-w", "-1"], ["--ttl", "-5"], ["--limit", "-1"], ["--busy-exit-code", "-1"]]
+    {
+        let r = run(redlock(&redis).args(["-k", "lock:refused"]).args(args).args(["--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        let long = if args[0] == "-w" { "--wait" } else { args[0] };
+        assert!(r.stderr.contains(long), "{args:?} names the flag: {}", r.stderr);
+    }
     let r =
         run(redlock(&redis).env("REDLOCK_WAIT", "-1.5").args(["-k", "lock:refused", "--", "true"]), LIMIT);
     assert_eq!(r.code, 64, "{}", r.stderr);
