@@ -70,6 +70,8 @@ pub async fn supervise(
     let mut guardian_gone = shell.child.guard().gone();
     let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
     stop_watch.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The command's exit, seen and not yet given to the machine.
+    let mut seen_exit = None;
     let finish = loop {
         if let Some(events) = events.as_deref_mut() {
             // Reports already queued come first: a stale lease must not trigger a stop.
@@ -79,6 +81,15 @@ pub async fn supervise(
         }
         machine.tick(Instant::now(), &mut shell.actions);
         shell.carry_out(&mut machine);
+        // An exit comes after the reports and the rules that fell due by the time it was seen:
+        // one seen late (the wrapper was stopped, its guardian killed the group at the
+        // deadline) never overtakes the deadline.
+        if let Some(code) = seen_exit.take()
+            && !shell.reported_exit
+        {
+            shell.reported_exit = true;
+            shell.feed(&mut machine, Input::Exited(code));
+        }
         if let Some(finish) = machine.finished() {
             break finish;
         }
@@ -88,8 +99,8 @@ pub async fn supervise(
             biased;
             event = shell.child.wait(), if !shell.reported_exit => match event {
                 ChildEvent::Exited(code) => {
-                    shell.reported_exit = true;
-                    Some(Input::Exited(code))
+                    seen_exit = Some(code);
+                    None
                 }
                 ChildEvent::Stopped(_) => Some(Input::Stopped),
             },
