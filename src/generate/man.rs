@@ -42,9 +42,10 @@ fn item(term: &str, text: &str) -> String {
     format!(".TP\n\\fB{}\\fR\n{}\n", roff(term), roff(text))
 }
 
-/// URLs are never hyphenated at a line break (`\%` before them).
-fn no_url_hyphens(page: &str) -> String {
-    let mut out = page.to_owned();
+/// URLs are never hyphenated at a line break (`\%` before them), and the page is ASCII: dashes
+/// are groff's named ones and an ellipsis is three dots, which render in any locale.
+fn portable(page: &str) -> String {
+    let mut out = page.replace('\u{2014}', "\\(em").replace('\u{2013}', "\\(en").replace('\u{2026}', "...");
     for scheme in ["rediss://", "redis://", "unix://"] {
         out = out
             .replace(scheme, &format!("\\%{scheme}"))
@@ -136,7 +137,7 @@ fn finish_main_page(page: &str) -> String {
         "\\fBredlock\\-run\\-status\\fR(1), \\fBredlock\\-run\\-release\\fR(1), \\fBflock\\fR(1), \
          \\fBtimeout\\fR(1), \\fBredis\\-server\\fR(1)\n",
     );
-    no_url_hyphens(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
+    portable(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
 }
 
 /// A subcommand's page with its exit statuses and a way back to the main page.
@@ -169,5 +170,5 @@ fn finish_sub_page(page: &str, sub: &str) -> String {
         Some(at) => format!("{}{sections}{}", &page[..at], &page[at..]),
         None => format!("{page}{sections}"),
     };
-    no_url_hyphens(&page)
+    portable(&page)
 }

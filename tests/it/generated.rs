@@ -96,7 +96,14 @@ fn the_readme_shows_the_exit_status_table_of_the_man_page() {
     let page = generate("man");
     let start = page.find(".SH \"EXIT STATUS\"\n").expect("an EXIT STATUS section");
     let end = start + page[start..].find(".SH ENVIRONMENT").expect("then ENVIRONMENT");
-    let unroff = |t: &str| t.replace("\\-", "-").replace("\\%", "").replace("\\e", "\\");
+    let unroff = |t: &str| {
+        let t = t
+            .replace("\\-", "-")
+            .replace("\\%", "")
+            .replace("\\(em", "\u{2014}")
+            .replace("\\(en", "\u{2013}");
+        t.replace("...", "\u{2026}").replace("\\e", "\\")
+    };
     let man: Vec<(String, String)> = page[start..end]
         .split(".TP\n")
         .skip(1)
@@ -134,6 +141,9 @@ fn the_man_page_has_the_sections_people_look_for() {
         assert!(page.contains(section), "{section}");
     }
     assert!(!page.contains(".SH EXTRA"));
+    for kind in ["man", "man-status", "man-release"] {
+        assert!(generate(kind).is_ascii(), "{kind}: ASCII only, so that it renders in any locale");
+    }
     assert!(!page.contains("redlock\\-run\\-help"), "no page for a help subcommand that does not exist");
     for var in ["REDLOCK_TTL", "REDLOCK_REDIS_URL", "REDLOCK_LOCK_KEY", "REDLOCK_FENCE"] {
         assert!(page.contains(&format!("\\fB{}\\fR", var.replace('-', "\\-"))), "{var}");
