@@ -287,8 +287,23 @@ pub fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
 }
 
 /// A port nothing listens on right now.
+/// A loopback port for a server of a test, or for one that must stay unanswered: free now, one
+/// this process has not handed out before, and below the kernel's ephemeral range (32768 on),
+/// so that no `bind(0)` and no outgoing connection of a wrapper takes it meanwhile. (Such ports,
+/// handed out again while a test still counted on them, let one test's Redis answer another's
+/// "nothing listens here".) From 10000 to 19999, so that a Cluster node's bus port (+10000)
+/// is never another node's port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let offset = std::process::id().wrapping_mul(7919) % 10_000;
+    for _ in 0..10_000 {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = 10_000 + ((offset + n) % 10_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port from 10000 to 19999");
 }
 
 fn ping(port: u16) -> bool {
