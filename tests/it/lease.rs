@@ -425,10 +425,22 @@ fn a_ttl_too_short_to_renew_is_a_usage_error_naming_the_shortest_that_works() {
     );
     assert_eq!(r.code, 0, "the TTL named works: {}", r.stderr);
 
-    // The shortest outlives several renewals (one every 16.3 ms) with its command.
-    let r =
-        run(redlock(&redis).args(["-v", "-k", "lock:short", "--ttl", "49ms", "--", "sleep", "0.15"]), LIMIT);
-    assert_eq!(r.code, 0, "{}", r.stderr);
+    // The shortest outlives several renewals (one every 16.3 ms) with its command. A 49 ms lease
+    // cannot outlast the load spikes of the whole suite on 2 cores (it is then rightly stopped,
+    // 125): it gets three tries.
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let r = run(
+            redlock(&redis).args(["-v", "-k", "lock:short", "--ttl", "49ms", "--", "sleep", "0.15"]),
+            LIMIT,
+        );
+        tries.push((r.code, r.stderr));
+        if tries.last().is_some_and(|(code, _)| *code == 0) {
+            break;
+        }
+        assert_eq!(tries.last().map(|t| t.0), Some(125), "{tries:?}");
+    }
+    assert_eq!(tries.last().map(|t| t.0), Some(0), "{tries:?}");
     assert!(!redis.exists(b"lock:short"), "released");
 }
 
