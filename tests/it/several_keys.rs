@@ -312,39 +312,47 @@ fn the_operator_commands_report_every_key_even_when_one_fails() {
 
 /// A run nested in another's command, held off by a waiter queued for the outer run's key as
 /// well: that waiter cannot go before the outer run ends, so the nested run says why it waits,
-/// at once and in its busy line, and names the fix.
+/// at once and in its busy line, and names the fix. With `--wait forever` it would wait for as
+/// long as that waiter does, which may be for ever: it is busy at once, saying why.
 #[test]
 fn a_nested_run_behind_a_waiter_for_the_outer_lock_says_why_it_waits() {
-    let redis = RedisServer::start();
-    let dir = tmp();
-    let go = file(&dir, "go");
-    let outer = redlock(&redis)
-        .args(["-k", "A", "--", "sh", "-c"])
-        .arg(
-            "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; \
-             \"$BIN\" -k B --wait 1s -- true; echo \"nested: $?\" >&2",
-        )
-        .env("GO", &go)
-        .env("BIN", bin())
-        .env("REDIS_URL", redis.url())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"A")));
-    let both = redlock(&redis)
-        .args(keys_args(&["A", "B"]))
-        .args(["--wait", "30s", "--", "true"])
-        .spawn()
-        .expect("spawn");
-    let queued = || redis.cmd::<u64>(&[b"ZCARD", b"{B}:queue"]) == 1;
-    assert!(wait_until(Duration::from_secs(10), queued), "queued for both");
-    std::fs::write(&go, "").unwrap();
-    let o = wait_output(outer, LIMIT);
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("nested: 75"), "{stderr}");
-    let why =
-        "the run queued first for \"B\" also waits for \"A\", which the run this one is nested in holds";
-    assert_eq!(stderr.matches(why).count(), 2, "warned at once and in the busy line: {stderr}");
-    assert!(stderr.contains("take the keys together in the outer run"), "{stderr}");
-    assert_eq!(wait_output(both, LIMIT).status.code(), Some(0), "the waiter for both ran after");
+    for (wait, said) in [("1s", 2), ("forever", 1)] {
+        let redis = RedisServer::start();
+        let dir = tmp();
+        let go = file(&dir, "go");
+        let outer = redlock(&redis)
+            .args(["-k", "A", "--", "sh", "-c"])
+            .arg(
+                "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; \
+                 \"$BIN\" -k B --wait \"$WAIT\" -- true; echo \"nested: $?\" >&2",
+            )
+            .env("GO", &go)
+            .env("BIN", bin())
+            .env("WAIT", wait)
+            .env("REDIS_URL", redis.url())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(Duration::from_secs(10), || redis.exists(b"A")));
+        let both = redlock(&redis)
+            .args(keys_args(&["A", "B"]))
+            .args(["--wait", "30s", "--", "true"])
+            .spawn()
+            .expect("spawn");
+        let queued = || redis.cmd::<u64>(&[b"ZCARD", b"{B}:queue"]) == 1;
+        assert!(wait_until(Duration::from_secs(10), queued), "queued for both");
+        std::fs::write(&go, "").unwrap();
+        let o = wait_output(outer, LIMIT);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("nested: 75"), "--wait {wait}: {stderr}");
+        let why =
+            "the run queued first for \"B\" also waits for \"A\", which the run this one is nested in holds";
+        assert_eq!(
+            stderr.matches(why).count(),
+            said,
+            "--wait {wait}: warned at once and in the busy line: {stderr}"
+        );
+        assert!(stderr.contains("take the keys together in the outer run"), "--wait {wait}: {stderr}");
+        assert_eq!(wait_output(both, LIMIT).status.code(), Some(0), "the waiter for both ran after");
+    }
 }
