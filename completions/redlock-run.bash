@@ -15,6 +15,12 @@ _redlock_run_takes_value() {
         'release')
             case $2 in -k|--key|--holder|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
+        'lock')
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
+            [[ $2 =~ ^-[vqh]*[ktw]$ ]] ;;
+        'unlock')
+            case $2 in --log-format) return 0 ;; esac
+            [[ $2 =~ ^-[vqh]*[]$ ]] ;;
         *) return 1 ;;
     esac
 }
@@ -25,6 +31,8 @@ _redlock_run_options() {
         '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --generate -h --help -V --version' ;;
         'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
         'release') REPLY='-k --key --force --holder --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
+        'lock') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --allow-interactive -h --help' ;;
+        'unlock') REPLY='-v --verbose -q --quiet --log-format -h --help' ;;
     esac
 }
 
@@ -42,7 +50,7 @@ _redlock_run_value() {
         '',--sentinel-password-file) _redlock_run_files ;;
         '',--metrics-file) _redlock_run_files ;;
         '',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
-        '',--generate) COMPREPLY=($(compgen -W 'man man-status man-release bash zsh fish elvish powershell' -- "$cur")) ;;
+        '',--generate) COMPREPLY=($(compgen -W 'man man-status man-release man-lock man-unlock bash zsh fish elvish powershell' -- "$cur")) ;;
         'status',--password-file) _redlock_run_files ;;
         'status',--tls-ca-file) _redlock_run_files ;;
         'status',--tls-cert-file) _redlock_run_files ;;
@@ -55,6 +63,15 @@ _redlock_run_value() {
         'release',--tls-key-file) _redlock_run_files ;;
         'release',--sentinel-password-file) _redlock_run_files ;;
         'release',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        'lock',--on-lost) COMPREPLY=($(compgen -W 'terminate ignore' -- "$cur")) ;;
+        'lock',--password-file) _redlock_run_files ;;
+        'lock',--tls-ca-file) _redlock_run_files ;;
+        'lock',--tls-cert-file) _redlock_run_files ;;
+        'lock',--tls-key-file) _redlock_run_files ;;
+        'lock',--sentinel-password-file) _redlock_run_files ;;
+        'lock',--metrics-file) _redlock_run_files ;;
+        'lock',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
+        'unlock',--log-format) COMPREPLY=($(compgen -W 'text json' -- "$cur")) ;;
         *) COMPREPLY=() ;;
     esac
 }
@@ -126,7 +143,7 @@ _redlock_run() {
             (( i++ ))
         elif [[ $word == -* ]]; then
             :
-        elif [[ -z $sub && $i -eq 1 && $word == @(status|release) ]]; then
+        elif [[ -z $sub && $i -eq 1 && $word == @(status|release|lock|unlock) ]]; then
             sub=$word
         elif [[ -z $sub ]]; then
             _redlock_run_command "$i"
@@ -142,7 +159,7 @@ _redlock_run() {
         COMPREPLY=($(compgen -W "$REPLY" -- "$cur"))
     elif [[ -z $sub ]]; then
         _redlock_run_command "$cword"
-        (( cword == 1 )) && COMPREPLY+=($(compgen -W 'status release' -- "$cur"))
+        (( cword == 1 )) && COMPREPLY+=($(compgen -W 'status release lock unlock' -- "$cur"))
     fi
     return 0
 }

@@ -35,7 +35,7 @@ echo "--- the binary, from PATH"
 redlock-run --version
 
 echo "--- the man pages"
-for page in redlock-run redlock-run-status redlock-run-release; do
+for page in redlock-run redlock-run-status redlock-run-release redlock-run-lock redlock-run-unlock; do
   at=$(man -w "$page") || fail "man -w $page"
   [ "$at" = "/usr/share/man/man1/$page.1.gz" ] || fail "man -w $page: $at"
   echo "$page: $at"

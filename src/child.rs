@@ -10,8 +10,11 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 
+use tokio::sync::mpsc;
+
 use crate::exit::{Error, signal_status, status};
 use crate::guardian::Guard;
+use crate::script::{Asker, Script};
 use crate::sys;
 
 /// The variables the command receives. None of them configures a wrapper (see
@@ -47,12 +50,30 @@ pub struct Child {
     pid: Pid,
     /// Whether the terminal was handed to the command and must be taken back.
     foreground: bool,
-    sigchld: SignalStream,
+    how: How,
     exit: Option<u8>,
     stopped: Option<Signal>,
     /// Kills the group if the wrapper dies before it is dismissed, or cannot act by the lease
     /// deadline.
     guard: Guard,
+}
+
+/// How the wrapper learns of the command's end.
+enum How {
+    /// The command is the wrapper's child: SIGCHLD, then `waitpid`.
+    Spawned(SignalStream),
+    /// A script that took the lock with `redlock-run lock`, watched by its holder, which is
+    /// not its parent: its exit status is not known.
+    Adopted(Box<Adopted>),
+}
+
+struct Adopted {
+    script: Script,
+    /// `unlock` asking the holder to let go, with where its answer goes.
+    let_go: mpsc::UnboundedReceiver<Asker>,
+    asked: Vec<Asker>,
+    /// Let go of: the script runs on without the lock, and nothing stops it.
+    released: bool,
 }
 
 /// The command's process group, judged by the processes that can still run: zombies are not
@@ -71,6 +92,8 @@ pub enum Group {
 pub enum Event {
     Exited(u8),
     Stopped(Signal),
+    /// `unlock`: the script asks to release the lock and go on without it.
+    LetGo,
 }
 
 impl Child {
@@ -126,7 +149,43 @@ impl Child {
             sys::give_terminal_to(pid);
         }
         guard.guarding(pid);
-        Ok(Child { pid, foreground, sigchld, exit: None, stopped: None, guard })
+        Ok(Child { pid, foreground, how: How::Spawned(sigchld), exit: None, stopped: None, guard })
+    }
+
+    /// Guards `script`, which took the lock with `redlock-run lock`, as a spawned command is
+    /// guarded; `let_go` brings `unlock`'s requests.
+    pub fn adopt(script: Script, mut guard: Guard, let_go: mpsc::UnboundedReceiver<Asker>) -> Child {
+        let pid = script.pid;
+        guard.guarding_now(pid);
+        let adopted = Adopted { script, let_go, asked: Vec::new(), released: false };
+        Child {
+            pid,
+            foreground: false,
+            how: How::Adopted(Box::new(adopted)),
+            exit: None,
+            stopped: None,
+            guard,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Where the answers to the `unlock` requests received go.
+    pub fn take_asked(&mut self) -> Vec<Asker> {
+        match &mut self.how {
+            How::Adopted(a) => std::mem::take(&mut a.asked),
+            How::Spawned(_) => Vec::new(),
+        }
+    }
+
+    /// The script was let go of (`unlock`): it runs on, and nothing of it is stopped when this
+    /// is dropped.
+    pub fn keep_running(&mut self) {
+        if let How::Adopted(a) = &mut self.how {
+            a.released = true;
+        }
     }
 
     /// The command's guardian (see [`Guard`]).
@@ -188,13 +247,31 @@ impl Child {
             if let Some(sig) = self.stopped.take() {
                 return Event::Stopped(sig);
             }
-            self.sigchld.recv().await;
+            match &mut self.how {
+                How::Spawned(sigchld) => {
+                    sigchld.recv().await;
+                }
+                How::Adopted(a) => tokio::select! {
+                    () = a.script.exited() => {}
+                    Some(asked) = a.let_go.recv() => {
+                        a.asked.push(asked);
+                        return Event::LetGo;
+                    }
+                },
+            }
         }
     }
 
     /// Reaps every child that has ended: orphans re-parented to the wrapper, and the command
     /// itself, whose status is kept for [`Child::wait`].
     pub fn reap_orphans(&mut self) {
+        if let How::Adopted(a) = &self.how {
+            // Its exit status is its parent's to know.
+            if self.exit.is_none() && a.script.has_exited() {
+                self.exit = Some(0);
+            }
+            return;
+        }
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == self.pid => {
@@ -249,8 +326,10 @@ impl Child {
 
 impl Drop for Child {
     fn drop(&mut self) {
-        // Whatever path leaves the wrapper, nothing of the command outlives it.
-        if self.exit.is_none() || self.group_alive() {
+        // Whatever path leaves the wrapper, nothing of the command outlives it (unless a script
+        // let go of its lock).
+        let released = matches!(&self.how, How::Adopted(a) if a.released);
+        if !released && (self.exit.is_none() || self.group_alive()) {
             let _ = self.signal_group(Signal::SIGKILL);
         }
         self.guard.dismiss();
@@ -263,7 +342,10 @@ impl Drop for Child {
 /// The command's environment ("NAME=value" each): the wrapper's, minus the variables that
 /// configure a wrapper and an outer wrapper's lock variables, plus this lock's.
 fn environment(env: &LockEnv) -> Vec<OsString> {
-    let ours = [vars::KEY, vars::KEYS, vars::TTL_MS, vars::TOKEN, vars::FENCE, vars::FENCES];
+    // A script's holder is that script's: `unlock` in a command run under another lock has
+    // nothing to release.
+    let ours =
+        [vars::KEY, vars::KEYS, vars::TTL_MS, vars::TOKEN, vars::FENCE, vars::FENCES, crate::script::HOLDER];
     let dropped = |name: &std::ffi::OsStr| {
         crate::config::WRAPPER_VARIABLES.iter().chain(ours.iter()).any(|v| name == *v)
     };

@@ -15,7 +15,7 @@ the environment variables, the exit statuses and examples; so does
 const AFTER_HELP: &str = "\
 Durations use humantime syntax (500ms, 30s, 30m, '1h 30m'), or are a bare number of seconds
 (5, 1.5), as for sleep(1).
-Every option but -v and --generate can also be set with an environment variable
+Every option but -v, --generate and --allow-interactive can also be set with an environment variable
 REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.
 
 Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
@@ -32,7 +32,8 @@ Examples:
   redlock-run --key lock:env:staging --shared --wait 30m -- ./run-tests.sh
   redlock-run --key lock:db:orders --key lock:cache:orders --wait 30m -- ./migrate.sh
   redlock-run status --key lock:settlement:daily
-  redlock-run release --key lock:settlement:daily --force";
+  redlock-run release --key lock:settlement:daily --force
+  eval \"$(redlock-run lock --key lock:backup --ttl 1m)\" || exit   (in a script: the rest of it)";
 
 /// `--version`: the crate's version, the commit it was built from (when built from a git
 /// checkout) and the TLS backend.
@@ -60,6 +61,26 @@ pub struct Cli {
     #[command(subcommand)]
     pub action: Option<Action>,
 
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Print a man page or a completion script, and exit
+    ///
+    /// The docs of this very binary, for a copied one: 'redlock-run --generate man >
+    /// /usr/local/share/man/man1/redlock-run.1', 'redlock-run --generate bash >
+    /// /usr/share/bash-completion/completions/redlock-run'. No environment variable: a run never
+    /// turns into this.
+    #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = "Output")]
+    pub generate: Option<Generate>,
+
+    /// The command to run and its arguments
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
+    pub command: Vec<OsString>,
+}
+
+/// The options of a run, shared by `lock` (a run whose "command" is the rest of a script).
+#[derive(Debug, Args)]
+pub struct RunArgs {
     #[command(flatten)]
     pub key: KeyArg,
 
@@ -260,19 +281,6 @@ pub struct Cli {
 
     #[command(flatten)]
     pub output: OutputArgs,
-
-    /// Print a man page or a completion script, and exit
-    ///
-    /// The docs of this very binary, for a copied one: 'redlock-run --generate man >
-    /// /usr/local/share/man/man1/redlock-run.1', 'redlock-run --generate bash >
-    /// /usr/share/bash-completion/completions/redlock-run'. No environment variable: a run never
-    /// turns into this.
-    #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = "Output")]
-    pub generate: Option<Generate>,
-
-    /// The command to run and its arguments
-    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
-    pub command: Vec<OsString>,
 }
 
 impl Cli {
@@ -302,10 +310,17 @@ impl Cli {
             }
             parsed => parsed?,
         };
-        let from_env = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
-        let kind_from_env = (from_env("limit"), from_env("shared"));
+        let kind_from_env = |m: &clap::ArgMatches| {
+            let from_env = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
+            (from_env("limit"), from_env("shared"))
+        };
+        let top = kind_from_env(&matches);
+        let sub = matches.subcommand_matches("lock").map(kind_from_env);
         let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
-        cli.kind_from_env = kind_from_env;
+        cli.run.kind_from_env = top;
+        if let (Some(Action::Lock(Deferred(lock))), Some(sub)) = (&mut cli.action, sub) {
+            lock.run.kind_from_env = sub;
+        }
         Ok(cli)
     }
 }
@@ -345,7 +360,7 @@ pub fn value_from_variable(flag: &str) -> Option<String> {
 }
 
 /// The words a first argument may be meant as: the subcommands, and `help`.
-const SUBCOMMAND_WORDS: [&str; 3] = ["status", "release", "help"];
+const SUBCOMMAND_WORDS: [&str; 5] = ["status", "release", "lock", "unlock", "help"];
 
 /// `help`, `help status`, `help release`, as `--help` at their level (clap's own help
 /// subcommand would also get a man page and completions of its own).
@@ -354,7 +369,7 @@ fn help_args(args: &[OsString], cmd: &clap::Command) -> Result<Vec<OsString>, cl
     match args.get(2).and_then(|a| a.to_str()) {
         None | Some("help") => {}
         Some(flag) if flag.starts_with('-') => {}
-        Some(sub @ ("status" | "release")) => help.push(sub.into()),
+        Some(sub @ ("status" | "release" | "lock" | "unlock")) => help.push(sub.into()),
         Some(other) => {
             let meant = mistyped_subcommand(other).filter(|m| *m != "help");
             let mut cmd = cmd.clone();
@@ -362,7 +377,7 @@ fn help_args(args: &[OsString], cmd: &clap::Command) -> Result<Vec<OsString>, cl
                 Some(meant) => did_you_mean(other, meant, &mut cmd),
                 None => clap::Error::raw(
                     clap::error::ErrorKind::InvalidSubcommand,
-                    format!("there is no subcommand `{other}`: the subcommands are status and release\n"),
+                    format!("there is no subcommand `{other}`: the subcommands are status, release, lock and unlock\n"),
                 )
                 .with_cmd(&cmd),
             });
@@ -463,6 +478,40 @@ pub enum Action {
     ///
     /// Deletes the lock whatever its value, and wakes the runs waiting for it.
     Release(Deferred<ReleaseArgs>),
+    /// Hold the lock for the rest of a shell script
+    ///
+    /// In a script: eval "$(redlock-run lock --key KEY)" || exit. Takes the lock as a run
+    /// would, prints shell assignments (REDLOCK_LOCK_KEY, REDLOCK_TOKEN, REDLOCK_FENCE,
+    /// REDLOCK_HOLDER, ...) and leaves a holder in the background that renews the lease while
+    /// the script lives, stops the script's process group as a run stops its command (lost lock,
+    /// --max-runtime, a signal to the holder) and releases the lock within 100 ms of the
+    /// script's exit. On failure it prints only `(exit N)`, so that eval fails with a run's
+    /// status. The script must lead its process group (setsid -w ./script).
+    Lock(Deferred<Box<LockArgs>>),
+    /// Release the lock taken by `lock` in this script
+    ///
+    /// Finds the holder through REDLOCK_HOLDER; exits 0 once the lock is released, 125 when it
+    /// was lost (or its holder is gone), 64 when this script holds no lock.
+    Unlock(Deferred<UnlockArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub run: RunArgs,
+
+    /// Allow a lock held by an interactive shell
+    ///
+    /// A lost lock then stops the shell's process group: SIGTERM, which an interactive shell
+    /// ignores, then SIGKILL, which ends the terminal session. No environment variable.
+    #[arg(long, help_heading = "Command supervision")]
+    pub allow_interactive: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct UnlockArgs {
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// A subcommand's options, defined only when clap needs them: when the subcommand is used, or
@@ -745,6 +794,10 @@ pub enum Generate {
     ManStatus,
     /// The man page redlock-run-release(1)
     ManRelease,
+    /// The man page redlock-run-lock(1)
+    ManLock,
+    /// The man page redlock-run-unlock(1)
+    ManUnlock,
     /// Completion for bash
     Bash,
     /// Completion for zsh (a file named _redlock-run in $fpath)

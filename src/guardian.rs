@@ -122,6 +122,15 @@ impl Guard {
         self.command = Some(pid);
     }
 
+    /// A process the wrapper did not start, `pid`, leading its group: the guardian is told at
+    /// once (a script's holder guards the script).
+    pub fn guarding_now(&mut self, pid: nix::unistd::Pid) {
+        self.command = Some(pid);
+        if let Some(g) = &self.guardian {
+            g.guard(pid);
+        }
+    }
+
     /// Resolves once the current guardian is gone (someone killed it); never without one.
     pub fn gone(&self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
         match &self.guardian {

@@ -22,6 +22,7 @@ mod operator;
 mod release;
 mod renew;
 mod run;
+mod script;
 mod signals;
 mod supervise;
 // The one module with `unsafe`: system calls std and nix do not wrap (see its SAFETY notes).
@@ -37,17 +38,33 @@ pub fn main() -> ExitCode {
     if let Some(job) = sys::guardian_role() {
         return guardian::release_after_death(job);
     }
-    detect_cpu_features_aside();
+    let lock = std::env::args_os().nth(1).is_some_and(|a| a == "lock");
+    if !lock {
+        // `lock` forks before anything else runs: no thread may be started before then.
+        detect_cpu_features_aside();
+    }
+    let mut holder = false;
+    let code = main_status(&mut holder);
+    if lock && !holder && code != 0 {
+        // Whatever stopped `lock`, the script that evaluates its output must not go on.
+        script::print_failing(code);
+    }
+    ExitCode::from(code)
+}
+
+/// The exit status; `holder`: set in a script's holder (see [`script::begin`]), whose `lock`
+/// process tells the script.
+fn main_status(holder: &mut bool) -> u8 {
     let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
         // --help and --version.
         Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::from(0);
+            return 0;
         }
         Err(e) => {
             eprint!("{}", usage_error(&e));
-            return ExitCode::from(exit::status::USAGE);
+            return exit::status::USAGE;
         }
     };
     if let Some(kind) = cli.generate {
@@ -76,13 +93,31 @@ pub fn main() -> ExitCode {
              is taken by descriptors the wrapper was started with"
         )));
     }
+    let mut holding = match &invocation {
+        config::Invocation::Unlock { .. } => return script::unlock(),
+        config::Invocation::Lock { allow_interactive, config } => {
+            match script::begin(*allow_interactive, &config.keys) {
+                script::Begun::Holder(holding) => {
+                    *holder = true;
+                    Some(holding)
+                }
+                script::Begun::Done(code) => return code,
+            }
+        }
+        _ => None,
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(exit::Error::Internal(e.into())),
     };
     let result = runtime.block_on(async {
         match invocation {
-            config::Invocation::Run(config) => run::run(*config).await,
+            config::Invocation::Run(config) => run::run(*config, run::Target::Command).await,
+            config::Invocation::Lock { config, .. } => {
+                let holding = holding.as_mut().expect("forked as the holder");
+                run::run(*config, run::Target::Script(holding)).await
+            }
+            config::Invocation::Unlock { .. } => unreachable!("answered before the runtime"),
             config::Invocation::Status { keys, json, redis, .. } => {
                 operator::status(&keys, json, &redis).await
             }
@@ -93,14 +128,17 @@ pub fn main() -> ExitCode {
     });
     // No guardian left a zombie for an init that may never reap it.
     guardian::reap();
-    match result {
-        Ok(code) => ExitCode::from(code),
+    let code = match result {
+        Ok(code) => code,
         // With -q a busy lock is an expected outcome, like a skipped run: cron mails nothing.
-        Err(e @ exit::Error::Busy { .. }) if output.verbosity == config::Verbosity::Quiet => {
-            ExitCode::from(e.code())
-        }
-        Err(e) => fail(e),
+        Err(e @ exit::Error::Busy { .. }) if output.verbosity == config::Verbosity::Quiet => e.code(),
+        Err(e) => report(e, output.format),
+    };
+    if let Some(holding) = &mut holding {
+        // Said after the error line, so that the script sees it before `lock` exits.
+        holding.failed(code);
     }
+    code
 }
 
 /// Has the processor's features looked up on a thread of their own while the command line is
@@ -133,7 +171,7 @@ fn room_for_the_runtime() -> std::io::Result<()> {
 /// The error line for a status the wrapper chose. A text line is the message alone (and, as
 /// every line, what it is about: `logging`); a JSON line also carries the status and, for a
 /// busy lock, the key that was busy, its holder (as `status --json` shows one) and time left.
-fn report(e: exit::Error, format: config::LogFormat) -> ExitCode {
+fn report(e: exit::Error, format: config::LogFormat) -> u8 {
     let exit_status = e.code();
     match &e {
         exit::Error::Busy { key, holder, queued, expires_in, .. } => {
@@ -162,27 +200,27 @@ fn report(e: exit::Error, format: config::LogFormat) -> ExitCode {
         }
         _ => tracing::error!(exit_status = format.json_only(exit_status), "{e}"),
     }
-    ExitCode::from(exit_status)
+    exit_status
 }
 
 /// `status` or `release` among the wrapper's own arguments, but not first: the user meant the
 /// subcommand and put an option before it, which makes it the command to run instead.
 fn late_subcommand() -> Option<String> {
     let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
-    args.iter().skip(1).find(|a| *a == "status" || *a == "release").cloned()
+    args.iter().skip(1).find(|a| matches!(a.as_str(), "status" | "release" | "lock" | "unlock")).cloned()
 }
 
 /// `--generate`: the page or script on stdout (this is no run: there is no command's stdout to
 /// keep clean).
-fn print_docs(kind: cli::Generate) -> ExitCode {
+fn print_docs(kind: cli::Generate) -> u8 {
     use std::io::Write;
     match std::io::stdout().lock().write_all(generate::render(kind).as_bytes()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         // A reader that had enough (`| head`).
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
             eprintln!("redlock-run: error: cannot write to stdout: {e}");
-            ExitCode::from(exit::status::INTERNAL)
+            exit::status::INTERNAL
         }
     }
 }

@@ -14,6 +14,17 @@ use crate::lock::{Fault, Lock, Released};
 const RELEASE_TRIES: u32 = 3;
 const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
+/// How a release went, for `unlock`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gave {
+    /// Deleted, or shortened to the rest of `--min-hold`.
+    Back,
+    /// The key no longer held this run's value.
+    NotOurs,
+    /// Not confirmed: the key expires by itself within the TTL.
+    Unknown,
+}
+
 /// Releases the lock (or, with `keep`, shortens it to the rest of `--min-hold`), bounded in
 /// time and tries, and reports it as one `released` event. Failure is a warning, never a change
 /// of exit status: the key then expires by itself within the TTL.
@@ -23,26 +34,29 @@ pub async fn release(
     succeeded: bool,
     acquired: Instant,
     command_status: Option<u8>,
-) {
+) -> Gave {
     let give_up = Instant::now() + RELEASE_BUDGET;
     let mut failure = String::from("timed out");
     for attempt in 1..=RELEASE_TRIES {
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
             Ok(Ok(Released::Deleted)) => {
-                return tracing::info!(outcome = "released", held_ms, command_status, "released");
+                tracing::info!(outcome = "released", held_ms, command_status, "released");
+                return Gave::Back;
             }
             Ok(Ok(Released::Kept)) => {
                 let keep_ms = keep.as_millis() as u64;
-                return tracing::info!(outcome = "kept", held_ms, keep_ms, command_status, "released");
+                tracing::info!(outcome = "kept", held_ms, keep_ms, command_status, "released");
+                return Gave::Back;
             }
             Ok(Ok(Released::NotOurs)) => {
-                return tracing::warn!(
+                tracing::warn!(
                     outcome = "not-owner",
                     held_ms,
                     command_status,
                     "released: the lock was no longer this run's (expired or taken over); left untouched"
                 );
+                return Gave::NotOurs;
             }
             Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) if attempt < RELEASE_TRIES => {
                 tracing::debug!("release failed, retrying: {msg}");
@@ -62,4 +76,5 @@ pub async fn release(
         command_status,
         "released: could not confirm the release ({failure}); the lock expires by itself within the TTL"
     );
+    Gave::Unknown
 }

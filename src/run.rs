@@ -10,20 +10,30 @@ use tokio::time::Instant;
 use crate::acquire::{Outcome, acquire};
 use crate::child::{Child, LockEnv};
 use crate::config::{Config, OnLost};
+use crate::exit;
 use crate::exit::Error;
 use crate::guardian::{Guard, Ticket};
 use crate::lock::{Conn, Handover, Holder, Lock, Success};
 use crate::logging;
 use crate::metrics::{self, Outcome as RunOutcome, Report};
-use crate::release::release;
+use crate::release::{Gave, release};
 use crate::renew::Renewer;
+use crate::script::Holding;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 use crate::sys;
 
-pub async fn run(config: Config) -> Result<u8, Error> {
+/// What the lock is held for.
+pub enum Target<'h> {
+    /// The command the run starts (`config.command`).
+    Command,
+    /// The script that ran `redlock-run lock`, which this process holds the lock for.
+    Script(&'h mut Holding),
+}
+
+pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
     let mut report = Report::default();
-    let result = run_with_report(&config, &mut report).await;
+    let result = run_with_report(&config, &mut report, target).await;
     report.exit_status = match &result {
         Ok(code) => *code,
         Err(e) => e.code(),
@@ -44,12 +54,15 @@ pub async fn run(config: Config) -> Result<u8, Error> {
     result
 }
 
-async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Error> {
+async fn run_with_report(config: &Config, report: &mut Report, mut target: Target<'_>) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     let redlock_nodes = nodes.len();
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
         .map_err(|f| f.into_error("preparing the lock"))?;
+    if let Target::Script(holding) = &target {
+        lock.on_behalf_of(holding.script_pid());
+    }
     // From here on every line names this run's holder, as its value in Redis does.
     if let Some(holder) = Holder::parse(lock.value().as_bytes()) {
         logging::about_holder(&holder.host, holder.pid, lock.token_prefix());
@@ -96,7 +109,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         }
         Outcome::Unlocked { reason } => {
             report.outcome = Some(RunOutcome::Unlocked);
-            return run_unlocked(config, &mut signals, &reason, report, guard).await;
+            return run_unlocked(config, &mut signals, &reason, report, guard, target).await;
         }
     };
     let fence = fences[0];
@@ -122,11 +135,7 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         ttl_ms: config.ttl.as_millis() as u64,
         no_new_privs: config.no_new_privs,
     };
-    let spawned = match guard.ready(&config.command).await {
-        Ok(()) => Child::spawn(&config.command, &env, guard, signals.take_child_exits()),
-        Err(e) => Err(e),
-    };
-    let mut child = match spawned {
+    let mut child = match start(&mut target, config, &env, guard, &mut signals).await {
         Ok(child) => child,
         Err(e) => {
             release(&mut lock, Duration::ZERO, false, acquired, None).await;
@@ -146,6 +155,10 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
     let held = Held { lease, events: &mut events };
     let ended = supervise(&mut child, Some(held), &mut signals, config, acquired).await;
     let mut lock = renewer.stop().await;
+    let unlocking = child.take_asked();
+    if ended.let_go {
+        child.keep_running();
+    }
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
@@ -165,7 +178,21 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
             "the command could not be stopped: processes of its group still run; {lock_state}"
         );
     } else {
-        release(&mut lock, keep, ended.code == 0, acquired, ended.command_code).await;
+        let command_status = ended.command_code.filter(|_| matches!(target, Target::Command));
+        let gave = release(&mut lock, keep, ended.code == 0, acquired, command_status).await;
+        let answer = match gave {
+            Gave::Back => (0, String::new()),
+            Gave::NotOurs => (
+                exit::status::LEASE_LOST,
+                "the lock was no longer this script's (expired or taken over)".to_owned(),
+            ),
+            Gave::Unknown => {
+                (0, "could not confirm the release; the lock expires by itself within --ttl".to_owned())
+            }
+        };
+        for asked in unlocking {
+            asked.answer(&answer);
+        }
     }
 
     // A status the wrapper chose gets one error line, even with -q.
@@ -183,7 +210,8 @@ async fn run_with_report(config: &Config, report: &mut Report) -> Result<u8, Err
         _ => {}
     }
     report.held = Some(acquired.elapsed());
-    report.command_status = ended.command_code;
+    // A script's status is its parent's to know.
+    report.command_status = ended.command_code.filter(|_| matches!(target, Target::Command));
     report.renewals = ended.renewals;
     report.renewal_failures = ended.renewal_failures;
     report.lost = ended.lost;
@@ -203,6 +231,7 @@ async fn run_unlocked(
     reason: &str,
     report: &mut Report,
     mut guard: Guard,
+    mut target: Target<'_>,
 ) -> Result<u8, Error> {
     tracing::error!(
         "RUNNING WITHOUT A LOCK (--fail-open): Redis is unreachable ({reason}); \
@@ -218,8 +247,7 @@ async fn run_unlocked(
         no_new_privs: config.no_new_privs,
     };
     guard.no_lock();
-    guard.ready(&config.command).await?;
-    let mut child = Child::spawn(&config.command, &env, guard, signals.take_child_exits())?;
+    let mut child = start(&mut target, config, &env, guard, signals).await?;
     let ended = supervise(&mut child, None, signals, config, Instant::now()).await;
     if ended.survivors {
         tracing::error!(
@@ -229,6 +257,23 @@ async fn run_unlocked(
     }
     report.command_status = ended.command_code;
     Ok(ended.code)
+}
+
+/// Starts the command, or takes over guarding the script, once its guardian runs.
+async fn start(
+    target: &mut Target<'_>,
+    config: &Config,
+    env: &LockEnv,
+    mut guard: Guard,
+    signals: &mut Signals,
+) -> Result<Child, Error> {
+    match target {
+        Target::Command => {
+            guard.ready(&config.command).await?;
+            Child::spawn(&config.command, env, guard, signals.take_child_exits())
+        }
+        Target::Script(holding) => holding.take_over(env, guard).await,
+    }
 }
 
 /// "a run with --idempotency-key ID already succeeded on HOST at TIME".

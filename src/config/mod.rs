@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs};
+use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs, RunArgs};
 use crate::exit::Error;
 pub use crate::lock::KILL_AHEAD;
 pub use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
@@ -67,6 +67,14 @@ pub struct Output {
 #[derive(Debug)]
 pub enum Invocation {
     Run(Box<Config>),
+    /// `lock`: a run whose command is the rest of the script that runs it.
+    Lock {
+        config: Box<Config>,
+        allow_interactive: bool,
+    },
+    Unlock {
+        output: Output,
+    },
     Status {
         /// Every key given, in order.
         keys: Vec<Vec<u8>>,
@@ -91,7 +99,38 @@ const OPERATOR_TIMEOUT: Duration = Duration::from_secs(2);
 impl Invocation {
     pub fn from_cli(cli: Cli) -> Result<Self, Error> {
         match cli.action {
-            None => Config::from_cli(cli).map(|c| Invocation::Run(Box::new(c))),
+            None => Config::from_run(cli.run, cli.command).map(|c| Invocation::Run(Box::new(c))),
+            Some(Action::Lock(Deferred(a))) => {
+                let a = *a;
+                for (given, flag, why) in [
+                    (
+                        a.run.idempotency_key.is_some(),
+                        "--idempotency-key",
+                        "records a success from the command's exit status, which a script's holder cannot \
+                         see; wrap the command instead",
+                    ),
+                    (
+                        a.run.no_new_privs,
+                        "--no-new-privs",
+                        "applies to a command the wrapper starts, and the script runs already",
+                    ),
+                    (
+                        a.run.busy_exit_code == 0,
+                        "--busy-exit-code 0",
+                        "would let eval succeed without the lock; end the script with 0 when busy \
+                         instead: || { s=$?; [ \"$s\" = 75 ] && exit 0; exit \"$s\"; }",
+                    ),
+                ] {
+                    if given {
+                        return Err(usage(format!("lock cannot take {}: it {why}", named(flag))));
+                    }
+                }
+                Ok(Invocation::Lock {
+                    config: Box::new(Config::from_run(a.run, Vec::new())?),
+                    allow_interactive: a.allow_interactive,
+                })
+            }
+            Some(Action::Unlock(Deferred(a))) => Ok(Invocation::Unlock { output: output(&a.output) }),
             Some(Action::Status(Deferred(a))) => Ok(Invocation::Status {
                 keys: keys(&a.key, false)?,
                 json: a.json,
@@ -129,15 +168,18 @@ impl Invocation {
     /// The lock keys the invocation is about, in the order given.
     pub fn keys(&self) -> &[Vec<u8>] {
         match self {
-            Invocation::Run(c) => &c.keys,
+            Invocation::Run(c) | Invocation::Lock { config: c, .. } => &c.keys,
             Invocation::Status { keys, .. } | Invocation::Release { keys, .. } => keys,
+            Invocation::Unlock { .. } => &[],
         }
     }
 
     pub fn output(&self) -> Output {
         match self {
-            Invocation::Run(c) => c.output,
-            Invocation::Status { output, .. } | Invocation::Release { output, .. } => *output,
+            Invocation::Run(c) | Invocation::Lock { config: c, .. } => c.output,
+            Invocation::Status { output, .. }
+            | Invocation::Release { output, .. }
+            | Invocation::Unlock { output } => *output,
         }
     }
 }
@@ -202,7 +244,7 @@ pub struct Config {
 }
 
 impl Config {
-    fn from_cli(cli: Cli) -> Result<Self, Error> {
+    fn from_run(cli: RunArgs, command: Vec<OsString>) -> Result<Self, Error> {
         let keys = keys(&cli.key, true)?;
         let key = keys[0].clone();
         let ttl = duration("--ttl", &cli.ttl)?;
@@ -333,7 +375,7 @@ impl Config {
             redis,
             metrics_file: cli.metrics_file,
             output: output(&cli.output),
-            command: cli.command,
+            command,
             outer: Outer::from_env(),
         })
     }
@@ -341,7 +383,7 @@ impl Config {
 
 /// The kind of lock from `--shared` and `--limit`. They do not combine; when one comes from the
 /// environment and the other from the command line, the command line wins.
-fn kind(cli: &Cli) -> Result<Kind, Error> {
+fn kind(cli: &RunArgs) -> Result<Kind, Error> {
     let (limit_from_env, shared_from_env) = cli.kind_from_env;
     let (shared, limit) = match (cli.shared, cli.limit) {
         (true, Some(_)) if shared_from_env && !limit_from_env => (false, cli.limit),

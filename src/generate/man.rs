@@ -95,8 +95,8 @@ fn finish_main_page(page: &str) -> String {
     sections.push_str(&format!(
         "{}\n",
         roff(
-            "Every option but -v and --generate can be set with an environment variable; a flag on the \
-             command line wins."
+            "Every option but -v, --generate and --allow-interactive can be set with an environment \
+             variable; a flag on the command line wins."
         )
     ));
     let mut options: Vec<(String, String)> = Cli::command()
@@ -134,8 +134,8 @@ fn finish_main_page(page: &str) -> String {
 
     sections.push_str(".SH \"SEE ALSO\"\n");
     sections.push_str(
-        "\\fBredlock\\-run\\-status\\fR(1), \\fBredlock\\-run\\-release\\fR(1), \\fBflock\\fR(1), \
-         \\fBtimeout\\fR(1), \\fBredis\\-server\\fR(1)\n",
+        "\\fBredlock\\-run\\-status\\fR(1), \\fBredlock\\-run\\-release\\fR(1), \\fBredlock\\-run\\-lock\\fR(1), \
+         \\fBredlock\\-run\\-unlock\\fR(1), \\fBflock\\fR(1), \\fBtimeout\\fR(1), \\fBredis\\-server\\fR(1)\n",
     );
     portable(&format!("{}{}{}", &page[..extra], sections, &page[version..]))
 }
@@ -150,6 +150,27 @@ fn finish_sub_page(page: &str, sub: &str) -> String {
             ("69", "Redis unavailable"),
             ("77", "Redis refused the credentials or the ACL denies a command"),
             ("78", "configuration error"),
+        ],
+        "lock" => &[
+            ("0", "the lock is held for the script; the assignments are printed"),
+            (
+                "64",
+                "usage error, or a script that cannot be guarded: not evaluating the output, not \
+                    leading its process group, interactive, or holding the key already",
+            ),
+            ("65", "the key holds another type, or is used with another kind of lock"),
+            ("69", "Redis unavailable"),
+            ("70", "internal error"),
+            ("75", "lock busy (--busy-exit-code)"),
+            ("77", "Redis refused the credentials or the ACL denies a command"),
+            ("78", "configuration error"),
+            ("other", "on any failure only (exit N) is printed, so that eval fails with status N"),
+        ],
+        "unlock" => &[
+            ("0", "the lock was released"),
+            ("64", "no lock: REDLOCK_HOLDER is not set"),
+            ("70", "the holder cannot be reached"),
+            ("125", "the lock was lost (the script is being stopped), or its holder is gone"),
         ],
         _ => &[
             ("0", "the lock was released"),

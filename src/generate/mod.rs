@@ -17,6 +17,8 @@ pub fn render(kind: Generate) -> String {
         Generate::Man => man::main_page(),
         Generate::ManStatus => man::sub_page("status"),
         Generate::ManRelease => man::sub_page("release"),
+        Generate::ManLock => man::sub_page("lock"),
+        Generate::ManUnlock => man::sub_page("unlock"),
         Generate::Bash => completions::bash(&model()),
         Generate::Zsh => completions::zsh(&model()),
         Generate::Fish => completions::fish(&model()),

@@ -229,6 +229,15 @@ impl Lock {
         })
     }
 
+    /// The lock taken on behalf of process `pid`, which its value names (a script's holder
+    /// takes it for the script).
+    pub fn on_behalf_of(&mut self, pid: u32) {
+        if let Some(mut holder) = Holder::parse(self.value.as_bytes()) {
+            holder.pid = pid;
+            self.value = holder.value();
+        }
+    }
+
     /// This lock as the run with `value` took it, for a process other than that run's wrapper
     /// (the releaser after the wrapper's death): released with the full script, which hands
     /// the lock over to a waiter and leaves the queue.

@@ -45,6 +45,9 @@ pub enum Input {
     Unkillable,
     /// The wrapper runs again after [`Action::SuspendSelf`].
     Resumed,
+    /// A script asks to release its lock and run on without it (`unlock`): granted unless
+    /// the script is being stopped, has exited, or the lock is lost.
+    LetGo,
 }
 
 /// What the machine asks its caller to do.
@@ -162,6 +165,8 @@ pub struct Machine {
     inspected_at: Instant,
     unkillable: bool,
     giving_up: bool,
+    /// The script was let go of: it runs on, and nothing of it is stopped.
+    let_go: bool,
     finished: Option<Finish>,
 }
 
@@ -182,6 +187,7 @@ impl Machine {
             inspected_at: now,
             unkillable: false,
             giving_up: false,
+            let_go: false,
             finished: None,
         }
     }
@@ -198,6 +204,11 @@ impl Machine {
     /// `--on-lost ignore`, which lets it run on without one).
     pub fn kill_deadline(&self) -> Option<Instant> {
         self.lease.filter(|_| self.rules.on_lost == OnLost::Terminate).map(|l| l.deadline())
+    }
+
+    /// Whether the script was let go of ([`Input::LetGo`]).
+    pub fn let_go(&self) -> bool {
+        self.let_go
     }
 
     /// Whether ownership was lost (or its deadline passed) while the command ran.
@@ -250,6 +261,13 @@ impl Machine {
                     );
                 }
                 self.finish_if_hopeless();
+            }
+            Input::LetGo => {
+                if self.exited.is_none() && self.stop_began.is_none() && self.lost_at.is_none() {
+                    self.let_go = true;
+                    self.suspension = None;
+                    self.finished = Some(Finish { code: 0, survivors: false });
+                }
             }
             Input::Resumed => {
                 self.suspension = None;

@@ -34,6 +34,8 @@ pub struct Ended {
     pub lost: bool,
     /// Processes of the command's group could not be stopped: the lock must be left to expire.
     pub survivors: bool,
+    /// A script asked to release its lock and runs on (`unlock`).
+    pub let_go: bool,
 }
 
 /// The lock while the command runs: the current lease and the renewer's reports.
@@ -103,6 +105,7 @@ pub async fn supervise(
                     None
                 }
                 ChildEvent::Stopped(_) => Some(Input::Stopped),
+                ChildEvent::LetGo => Some(Input::LetGo),
             },
             event = next_event(&mut events) => match event {
                 Some(event) => Some(Input::Lease(event)),
@@ -127,7 +130,15 @@ pub async fn supervise(
             }
         };
         if let Some(input) = input {
+            let let_go = matches!(input, Input::LetGo);
             shell.feed(&mut machine, input);
+            if let_go && !machine.let_go() {
+                // At once: the script may be asking from the trap of the SIGTERM it is being
+                // stopped with.
+                for asked in shell.child.take_asked() {
+                    asked.answer(&refusal(&machine));
+                }
+            }
         }
     };
 
@@ -140,6 +151,30 @@ pub async fn supervise(
         renewal_failures,
         lost,
         survivors: finish.survivors,
+        let_go: machine.let_go(),
+    }
+}
+
+/// `unlock`'s answer when the script cannot be let go of.
+fn refusal(machine: &Machine) -> crate::script::Answer {
+    use crate::exit::status;
+    match machine.reason() {
+        Some(StopReason::MaxRuntime) => {
+            (status::MAX_RUNTIME, "--max-runtime elapsed: the script is being stopped".to_owned())
+        }
+        Some(StopReason::Signal(sig)) => (
+            crate::exit::signal_status(sig as i32),
+            format!("the holder got {sig}: the script is being stopped"),
+        ),
+        None if machine.lost() => (
+            status::LEASE_LOST,
+            "the lock was lost; the script runs on without it (--on-lost ignore)".to_owned(),
+        ),
+        Some(StopReason::LeaseLost) => (
+            status::LEASE_LOST,
+            "the lock was lost or could not be confirmed: the script is being stopped".to_owned(),
+        ),
+        None => (0, "the script has ended: the lock is being released".to_owned()),
     }
 }
 

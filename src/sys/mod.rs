@@ -1,5 +1,5 @@
 //! The operating-system calls that need `unsafe` or must run between fork and exec, one file
-//! per mechanism: the command's spawn, the guardian beside it, the terminal, signal
+//! per mechanism: the command's spawn, the guardian beside it, a script's holder, the terminal, signal
 //! dispositions, resource limits, and the per-processor bare system call they rest on.
 
 mod arch;
@@ -7,6 +7,7 @@ mod clone;
 mod dispositions;
 mod guardian;
 mod limits;
+mod script;
 mod spawn;
 mod terminal;
 
@@ -15,5 +16,6 @@ pub use guardian::{
     CHEAP_EXEC, Guardian, Ready, Releaser, Verdict, guardian_role, monotonic_ns, reap_guardians, ticket_file,
 };
 pub use limits::enough_descriptors;
+pub use script::{fork_holder, hide_arguments, pidfd_open, readable, stdio_to_null};
 pub use spawn::{GuardianGone, Launch, become_subreaper, found_on_path, spawn};
 pub use terminal::{foreground_terminal, give_terminal_to, terminal_group};

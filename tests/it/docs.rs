@@ -44,9 +44,11 @@ fn section_lines(file: &str, text: &str, heading: &str) -> Vec<String> {
         .filter_map(|line| {
             let at = line.find("redlock-run ")?;
             // Not prose: only code lines, which the docs indent by four spaces; not the
-            // operator's subcommands shown with their output.
+            // operator's subcommands shown with their output, nor a script's lock (run by
+            // `the_script_recipe_runs_as_written`).
             let command = &line[at..];
-            (line.starts_with("    ") && !command.starts_with("redlock-run status"))
+            let script = ["redlock-run status", "redlock-run lock", "redlock-run unlock"];
+            (line.starts_with("    ") && !script.iter().any(|s| command.starts_with(s)))
                 .then(|| command.trim_end_matches(['"', ']']).to_owned())
         })
         .collect()
@@ -90,6 +92,40 @@ fn every_recipe_runs_as_written() {
     }
 }
 
+/// README § A lock across a script's steps, as written, its steps replaced by ones that
+/// record whether the lock was held then: both were, and it was released at the end.
+#[test]
+fn the_script_recipe_runs_as_written() {
+    let redis = RedisServer::start();
+    let start = README.find("\n### A lock across a script's steps").expect("the recipe");
+    let section = &README[start + 1..];
+    let section = &section[..section[3..].find("\n#").map_or(section.len(), |i| i + 3)];
+    let script: Vec<&str> = section.lines().filter(|l| l.starts_with("    ")).map(|l| &l[4..]).collect();
+    assert!(script[0].starts_with("#!/bin/sh") && script.len() >= 5, "{script:#?}");
+    let dir = tmp();
+    let path = file(&dir, "run");
+    let text = script
+        .join("\n")
+        .replace("redlock-run ", "\"$BIN\" ")
+        .replace("./", "\"$BIN\" status --key lock:backup > /dev/null && echo held >> \"$LOG\" # ./");
+    std::fs::write(&path, text).unwrap();
+    let log = file(&dir, "log");
+    let r = run(
+        Command::new("setsid")
+            .arg("-w")
+            .arg("sh")
+            .arg(&path)
+            .env("BIN", bin())
+            .env("LOG", &log)
+            .env("REDLOCK_REDIS_URL", redis.url()),
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "held\nheld\n");
+    assert!(!redis.exists(b"lock:backup"));
+    assert!(section.contains("setsid -w /opt/backup/run"), "the cron form is given");
+}
+
 /// The cron recipe's promise: on every host that loses (the lock is busy, or the day's run
 /// already succeeded), `-q --busy-exit-code 0` exits 0 and prints nothing, so cron mails nothing.
 #[test]
@@ -130,7 +166,13 @@ fn the_cron_recipes_losers_print_nothing() {
 /// Long flags as clap prints them in `--help`.
 fn help_flags() -> BTreeSet<String> {
     let mut flags = BTreeSet::new();
-    for args in [&["--help"][..], &["status", "--help"], &["release", "--help"]] {
+    for args in [
+        &["--help"][..],
+        &["status", "--help"],
+        &["release", "--help"],
+        &["lock", "--help"],
+        &["unlock", "--help"],
+    ] {
         let out = Command::new(bin()).args(args).output().unwrap();
         assert!(out.status.success());
         for word in
@@ -150,10 +192,16 @@ fn help_flags() -> BTreeSet<String> {
 /// Every flag is explained where a user reads: in the README or the guide, and in the man pages.
 #[test]
 fn every_flag_in_help_is_in_the_docs_and_the_man_page() {
-    let man: String = ["redlock-run", "redlock-run-status", "redlock-run-release"]
-        .iter()
-        .map(|page| std::fs::read_to_string(format!("{}/man/{page}.1", env!("CARGO_MANIFEST_DIR"))).unwrap())
-        .collect();
+    let man: String = [
+        "redlock-run",
+        "redlock-run-status",
+        "redlock-run-release",
+        "redlock-run-lock",
+        "redlock-run-unlock",
+    ]
+    .iter()
+    .map(|page| std::fs::read_to_string(format!("{}/man/{page}.1", env!("CARGO_MANIFEST_DIR"))).unwrap())
+    .collect();
     let flags = help_flags();
     assert!(flags.len() >= 30 && flags.contains("--verbose"), "{flags:?}");
     for flag in &flags {

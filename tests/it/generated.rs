@@ -12,10 +12,12 @@ use redlock_run::cli::Cli;
 use crate::support::bin;
 
 /// Every file under man/ and completions/, with the `--generate` kind that prints it.
-const GENERATED: [(&str, &str); 8] = [
+const GENERATED: [(&str, &str); 10] = [
     ("man", "man/redlock-run.1"),
     ("man-status", "man/redlock-run-status.1"),
     ("man-release", "man/redlock-run-release.1"),
+    ("man-lock", "man/redlock-run-lock.1"),
+    ("man-unlock", "man/redlock-run-unlock.1"),
     ("bash", "completions/redlock-run.bash"),
     ("zsh", "completions/_redlock-run"),
     ("fish", "completions/redlock-run.fish"),
@@ -141,7 +143,7 @@ fn the_man_page_has_the_sections_people_look_for() {
         assert!(page.contains(section), "{section}");
     }
     assert!(!page.contains(".SH EXTRA"));
-    for kind in ["man", "man-status", "man-release"] {
+    for kind in ["man", "man-status", "man-release", "man-lock", "man-unlock"] {
         assert!(generate(kind).is_ascii(), "{kind}: ASCII only, so that it renders in any locale");
     }
     assert!(!page.contains("redlock\\-run\\-help"), "no page for a help subcommand that does not exist");

@@ -22,6 +22,7 @@ mod privileges;
 mod queue;
 mod redlock;
 mod reliability;
+mod script_lock;
 mod sentinel;
 mod several_keys;
 mod signals;

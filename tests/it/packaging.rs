@@ -43,7 +43,13 @@ fn every_declared_file_is_there_and_goes_where_debian_looks() {
     }
     let to = |dest: &str| assets.iter().find(|(_, d, _)| d == dest).map(|(s, _, m)| (s.as_str(), m.as_str()));
     assert_eq!(to("usr/bin/"), Some(("target/release/redlock-run", "755")), "the binary");
-    for page in ["redlock-run.1", "redlock-run-status.1", "redlock-run-release.1"] {
+    for page in [
+        "redlock-run.1",
+        "redlock-run-status.1",
+        "redlock-run-release.1",
+        "redlock-run-lock.1",
+        "redlock-run-unlock.1",
+    ] {
         let source = format!("man/{page}");
         assert!(
             assets.iter().any(|(s, d, _)| *s == source && d == "usr/share/man/man1/"),

@@ -2,8 +2,7 @@
 //! and Kubernetes): the command gets each signal once, nothing is left behind, and the lock is
 //! released only after the command has exited.
 
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -362,36 +361,6 @@ fn with_an_empty_proc_leftovers_still_get_sigterm_first() {
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "term\n", "{}", r.stderr);
     assert!(!redis.exists(b"lock:empty-proc"));
-}
-
-/// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
-/// login shell's job would be. Returns the child and the pty master (drained in the background).
-fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
-    let master = std::fs::File::from(pty.master);
-    cmd.stdin(slave.try_clone().unwrap())
-        .stdout(slave.try_clone().unwrap())
-        .stderr(slave.try_clone().unwrap());
-    // SAFETY: between fork and exec only async-signal-safe calls: setsid and the ioctl that
-    // makes the pty (already on fd 0) the controlling terminal of the new session.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setsid().map_err(std::io::Error::from)?;
-            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().expect("spawn");
-    drop(slave);
-    let mut reader = master.try_clone().unwrap();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 1024];
-        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
-    });
-    (child, master)
 }
 
 /// On a terminal the command is the foreground process group: it can read the terminal, and

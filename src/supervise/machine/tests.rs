@@ -47,6 +47,8 @@ enum Ev {
     CtrlZ,
     /// SIGCONT to the wrapper from outside (`fg`, `kill -CONT`).
     Continue,
+    /// A script asks to be let go of (`unlock`).
+    LetGo,
 }
 
 /// What becomes of a renewal: Redis carries it out or not, its reply arrives or not.
@@ -121,6 +123,7 @@ fn event() -> impl Strategy<Value = Ev> {
         1 => Just(Ev::LeftoverExits),
         1 => Just(Ev::CtrlZ),
         1 => Just(Ev::Continue),
+        1 => Just(Ev::LetGo),
     ]
 }
 
@@ -468,6 +471,20 @@ impl World {
             }
             // The kernel's continue does nothing to a running wrapper; its handler sees it.
             Ev::Continue => self.input(Input::Signal(Signal::SIGCONT)),
+            Ev::LetGo => {
+                let stopping = self.machine.stop_began.is_some();
+                let (lost, exited) = (self.machine.lost(), self.machine.exited().is_some());
+                self.input(Input::LetGo);
+                let granted = self.machine.let_go();
+                assert_eq!(
+                    granted,
+                    !stopping && !lost && !exited,
+                    "let go of exactly when nothing ends the run"
+                );
+                if granted {
+                    assert_eq!(self.machine.finished(), Some(Finish { code: 0, survivors: false }));
+                }
+            }
         }
     }
 
@@ -490,6 +507,15 @@ impl World {
         let grace = Duration::from_millis(self.case.grace_ms);
         let m = &self.machine;
         if let Some(finish) = m.finished() {
+            if m.let_go() {
+                // The script runs on without the lock, which it still held.
+                assert!(
+                    !m.lost() && m.stop_began.is_none() && m.killed_at.is_none(),
+                    "let go of while stopping"
+                );
+                assert!(self.lost_at.is_none() || now < valid, "let go of a lock already lost");
+                return;
+            }
             if finish.survivors {
                 assert!(self.case.unkillable, "survivors only when the group cannot be signalled");
                 assert_eq!(finish.code, status::LEASE_LOST, "a run that could not stop its command");

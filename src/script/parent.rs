@@ -1,0 +1,194 @@
+//! The script behind `redlock-run lock`: the parent that reads its output, as the shell running
+//! `eval "$(redlock-run lock …)"` does. Found and checked from /proc before anything is taken.
+
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use nix::unistd::Pid;
+
+use crate::sys;
+
+/// How often a script is looked at where the kernel has no pidfd (before Linux 5.3).
+const POLL_EVERY: Duration = Duration::from_millis(50);
+
+/// The script: the process the lock is held for.
+pub struct Script {
+    pub pid: Pid,
+    /// Readable once the script has exited; `None` where the kernel has no pidfd, and the
+    /// script is looked at every [`POLL_EVERY`] instead.
+    pidfd: Option<OwnedFd>,
+    /// Its start time (/proc/PID/stat), which tells it from a later process with its pid.
+    start_time: u64,
+}
+
+impl Script {
+    /// Whether the script has exited (a zombie its parent has not reaped counts as exited).
+    pub fn has_exited(&self) -> bool {
+        if let Some(fd) = &self.pidfd {
+            use std::os::fd::AsFd;
+            let mut poll = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+            return nix::poll::poll(&mut poll, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0);
+        }
+        stat(self.pid)
+            .is_none_or(|s| s.start_time != self.start_time || matches!(s.state, b'Z' | b'X' | b'x'))
+    }
+
+    /// Resolves once the script has exited.
+    pub async fn exited(&mut self) {
+        if let Some(fd) = &self.pidfd {
+            match sys::readable(fd).await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::debug!("cannot watch the script's pidfd ({e}); looking every 50 ms");
+                    self.pidfd = None;
+                }
+            }
+        }
+        while !self.has_exited() {
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+}
+
+/// Finds the script: the parent, which must read this process's stdout (a pipe), lead its
+/// process group (which a lost lock stops), and, unless `allow_interactive`, not be a shell
+/// at a terminal's prompt. The error says what is wrong and what to do.
+pub fn identify(allow_interactive: bool) -> Result<Script, String> {
+    const HOW: &str = "run it as eval \"$(redlock-run lock --key KEY …)\" in a script";
+    let pipe = match nix::sys::stat::fstat(std::io::stdout()) {
+        Ok(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO => st.st_ino,
+        _ => {
+            return Err(format!(
+                "lock prints shell assignments for eval, and its output is not a pipe: {HOW}"
+            ));
+        }
+    };
+    // The shell that reads the output, up through the subshells between (`$(cmd 2>file)`
+    // runs `cmd` in a subshell of the one that evaluates): they write to the pipe, and end
+    // with this process.
+    let mut pid = nix::unistd::getppid();
+    let mut hops = 0;
+    let script = loop {
+        let script = describe(pid);
+        match pipe_end(pid, pipe) {
+            Ok(Some(End::Read)) => break script,
+            Ok(Some(End::Write)) if hops < MAX_SUBSHELLS => match stat(pid) {
+                Some(s) => {
+                    pid = s.parent;
+                    hops += 1;
+                }
+                None => return Err(format!("{script} ended before the lock was taken")),
+            },
+            Ok(_) => {
+                return Err(format!(
+                    "lock prints shell assignments for eval, and its parent ({script}) does not read them: {HOW}"
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot tell whether the parent ({script}) reads lock's output ({e}): {HOW}, as the \
+                     same user"
+                ));
+            }
+        }
+    };
+    let group = nix::unistd::getpgid(Some(pid))
+        .map_err(|e| format!("cannot read the process group of the script ({script}): {e}"))?;
+    if group != pid {
+        return Err(format!(
+            "the script ({script}) does not lead its process group, which a lost lock stops: the group is \
+             led by {}, and stopping it would stop more than the script; start the script in a group of \
+             its own: setsid -w ./script (in a crontab, or after sh -c: setsid -w /path/to/script, or exec \
+             /path/to/script)",
+            describe(group)
+        ));
+    }
+    if !allow_interactive && interactive(pid) {
+        return Err(format!(
+            "the parent ({script}) is an interactive shell: a lost lock would stop it with SIGKILL, ending \
+             the session; put the steps in a script, or give --allow-interactive"
+        ));
+    }
+    let gone = || format!("the script ({script}) ended before the lock was taken");
+    let start_time = stat(pid).map(|s| s.start_time).ok_or_else(gone)?;
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::debug!("no pidfd for the script ({e}); it is looked at every 50 ms");
+            None
+        }
+    };
+    // The pidfd is the script's only if no other process has taken its pid meanwhile.
+    if stat(pid).is_none_or(|s| s.start_time != start_time) {
+        return Err(gone());
+    }
+    Ok(Script { pid, pidfd, start_time })
+}
+
+/// "backup.sh, pid 4242", as messages name a process.
+pub fn describe(pid: Pid) -> String {
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(name) => format!("{}, pid {pid}", name.trim_end()),
+        Err(_) => format!("pid {pid}"),
+    }
+}
+
+/// How many subshells may stand between the script and this process.
+const MAX_SUBSHELLS: usize = 4;
+
+enum End {
+    Read,
+    Write,
+}
+
+/// Which end of the pipe with inode `pipe` process `pid` holds: the read end if any.
+fn pipe_end(pid: Pid, pipe: u64) -> std::io::Result<Option<End>> {
+    let target = format!("pipe:[{pipe}]");
+    let mut end = None;
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let entry = entry?;
+        if std::fs::read_link(entry.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                entry.file_name().to_string_lossy()
+            ))?;
+            let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).map(str::trim);
+            let flags = flags.and_then(|f| i32::from_str_radix(f, 8).ok()).unwrap_or(0);
+            if flags & nix::libc::O_ACCMODE == nix::libc::O_RDONLY {
+                return Ok(Some(End::Read));
+            }
+            end = Some(End::Write);
+        }
+    }
+    Ok(end)
+}
+
+/// A shell at a prompt: its command line names no script and no `-c` command, and it reads a
+/// terminal.
+fn interactive(pid: Pid) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let mut args = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).skip(1);
+    let has_operand = args.any(|a| !a.starts_with(b"-") && !a.starts_with(b"+"));
+    let on_terminal = std::fs::read_link(format!("/proc/{pid}/fd/0"))
+        .is_ok_and(|t| t.starts_with("/dev/pts") || t.to_string_lossy().starts_with("/dev/tty"));
+    !has_operand && on_terminal
+}
+
+struct Stat {
+    state: u8,
+    parent: Pid,
+    start_time: u64,
+}
+
+fn stat(pid: Pid) -> Option<Stat> {
+    let text = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&text[close + 1..]).ok()?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // State is the 3rd field of the line, the start time the 22nd.
+    Some(Stat {
+        state: fields.first()?.bytes().next()?,
+        parent: Pid::from_raw(fields.get(1)?.parse().ok()?),
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}

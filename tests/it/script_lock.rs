@@ -1,0 +1,436 @@
+//! `eval "$(redlock-run lock …)"`: a lock for the rest of a shell script, guarded as a wrapped
+//! command is (README § A lock across a script's steps, docs/GUIDE.md § A script's steps).
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// Far below the TTLs used here: a key gone within this was released, not expired.
+const AT_ONCE: Duration = Duration::from_secs(2);
+
+/// The shells installed here, as a script's interpreter: bash and dash always (Debian), zsh and
+/// busybox sh when installed.
+fn shells() -> Vec<Vec<&'static str>> {
+    let mut found = Vec::new();
+    for shell in [&["bash"][..], &["dash"], &["zsh"], &["busybox", "sh"]] {
+        let there = Command::new(shell[0])
+            .args(&shell[1..])
+            .args(["-c", "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if there {
+            found.push(shell.to_vec());
+        } else {
+            eprintln!("skipped for {}: not installed", shell.join(" "));
+        }
+    }
+    assert!(found.len() >= 2, "bash and dash are there");
+    found
+}
+
+/// `body` run by `shell -c` in a process group of its own (as a job of an interactive shell,
+/// or `setsid -w`, starts a script), with `$RR` the binary and Redis chosen by the environment.
+fn script(shell: &[&str], redis: &RedisServer, body: &str) -> Command {
+    let mut cmd = Command::new(shell[0]);
+    cmd.args(&shell[1..]).arg("-c").arg(body);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_") || n == "REDIS_URL") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.env("RR", bin()).env("REDLOCK_REDIS_URL", redis.url()).process_group(0);
+    default_signals(&mut cmd);
+    cmd
+}
+
+/// The holder's pid, from `REDLOCK_HOLDER` (`redlock-run.PID.RANDOM`).
+fn holder_pid(holder: &str) -> i32 {
+    holder
+        .split('.')
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("REDLOCK_HOLDER {holder:?}"))
+}
+
+/// A value of the `NAME=value` lines `env` printed.
+fn var<'a>(env: &'a str, name: &str) -> &'a str {
+    env.lines().find_map(|l| l.strip_prefix(&format!("{name}="))).unwrap_or_else(|| panic!("{name} in {env}"))
+}
+
+#[test]
+fn a_script_holds_the_lock_until_it_exits_in_every_shell() {
+    let redis = RedisServer::start();
+    for shell in shells() {
+        let dir = tmp();
+        let env_file = file(&dir, "env");
+        let go = file(&dir, "go");
+        let body = r#"eval "$("$RR" lock --key 'lock:it'\''s' --key lock:two --ttl 20s)" || exit
+            env | grep '^REDLOCK_' > "$ENV_FILE"
+            while [ ! -e "$GO" ]; do sleep 0.01; done"#;
+        let mut s = script(&shell, &redis, body).env("ENV_FILE", &env_file).env("GO", &go).spawn().unwrap();
+        let env = read_when_present(&env_file, Duration::from_secs(10));
+        let name = shell.join(" ");
+        assert_eq!(var(&env, "REDLOCK_LOCK_KEY"), "lock:it's", "{name}");
+        assert_eq!(var(&env, "REDLOCK_KEYS"), "lock:it's lock:two", "{name}");
+        assert_eq!(var(&env, "REDLOCK_TTL_MS"), "20000", "{name}");
+        let token = var(&env, "REDLOCK_TOKEN");
+        assert_eq!(
+            redis.get(b"lock:it's").as_deref(),
+            Some(token.as_bytes()),
+            "{name}: the key holds the token"
+        );
+        let fences: Vec<&str> = var(&env, "REDLOCK_FENCES").split(' ').collect();
+        assert_eq!(fences.len(), 2, "{name}");
+        assert_eq!(fences[0], var(&env, "REDLOCK_FENCE"), "{name}");
+        // The value, and so `status`, names the script, not its holder.
+        let status = run(
+            wrapper().args(["status", "--json", "--redis-url", &redis.url(), "--key", "lock:it's"]),
+            LIMIT,
+        );
+        assert!(
+            status.stdout.windows(6).any(|w| w == b"\"pid\":"),
+            "{}",
+            String::from_utf8_lossy(&status.stdout)
+        );
+        let json = String::from_utf8_lossy(&status.stdout);
+        assert!(json.contains(&format!("\"pid\":{}", s.id())), "{name}: status names the script: {json}");
+        let holder = holder_pid(var(&env, "REDLOCK_HOLDER"));
+        assert!(process_alive(holder), "{name}: the holder runs");
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_bounded(&mut s, LIMIT).success(), "{name}");
+        let exited = Instant::now();
+        assert!(
+            wait_until(AT_ONCE, || !redis.exists(b"lock:it's") && !redis.exists(b"lock:two")),
+            "{name}: released once the script exited"
+        );
+        eprintln!("{name}: released {:?} after the script's exit", exited.elapsed());
+        assert!(wait_until(AT_ONCE, || !process_alive(holder)), "{name}: the holder is gone");
+    }
+}
+
+/// However the script ends — `exit`, `set -e`, a signal, SIGKILL — the lock goes back at once.
+#[test]
+fn the_lock_is_released_however_the_script_ends() {
+    let redis = RedisServer::start();
+    for shell in &shells()[..2] {
+        for (how, tail, signal) in [
+            ("exit 3", "exit 3", None),
+            ("set -e", "set -e; false; sleep 100", None),
+            ("SIGTERM", "sleep 100", Some(Signal::SIGTERM)),
+            ("SIGKILL", "sleep 100", Some(Signal::SIGKILL)),
+        ] {
+            let dir = tmp();
+            let held = file(&dir, "held");
+            let body = format!(
+                r#"eval "$("$RR" lock --key lock:ends --ttl 20s)" || exit
+                "$RR" status --key lock:ends > /dev/null && echo held > "$HELD"
+                {tail}"#
+            );
+            let mut s = script(shell, &redis, &body).env("HELD", &held).spawn().unwrap();
+            assert_eq!(read_when_present(&held, Duration::from_secs(10)), "held\n", "{how}");
+            if let Some(sig) = signal {
+                kill(Pid::from_raw(s.id() as i32), sig).unwrap();
+            }
+            let status = wait_bounded(&mut s, LIMIT);
+            if signal.is_none() {
+                assert_ne!(status.code(), Some(0), "{how}");
+            }
+            assert!(
+                wait_until(AT_ONCE, || !redis.exists(b"lock:ends")),
+                "{}: {how}: released once the script ended",
+                shell.join(" ")
+            );
+            // Whatever was left of the script's group was stopped with it.
+            assert!(wait_until(AT_ONCE, || group_members(s.id() as i32).is_empty()), "{how}");
+        }
+    }
+}
+
+/// Two scripts on one key, over 50 rounds: never both inside (an atomic `mkdir` says so), and
+/// the fences they were given only grow.
+#[test]
+fn two_scripts_on_one_key_never_overlap() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let inside = file(&dir, "inside");
+    let log = file(&dir, "log");
+    let shells = shells();
+    // Each round is a script of its own; half of them end with `unlock`, half with their exit.
+    let round = r#"eval "$("$RR" lock --key lock:rounds --ttl 10s --wait 20s)" || exit
+        mkdir "$INSIDE" || echo overlap >> "$LOG"
+        echo "fence $REDLOCK_FENCE" >> "$LOG"
+        sleep 0.01
+        rmdir "$INSIDE"
+        if [ "$UNLOCK" = yes ]; then "$RR" unlock || echo "unlock $?" >> "$LOG"; fi"#;
+    let mut children = Vec::new();
+    for (n, shell) in shells.iter().take(2).enumerate() {
+        let redis_url = redis.url();
+        let (shell, inside, log) = (shell.clone(), inside.clone(), log.clone());
+        let round = round.to_owned();
+        children.push(std::thread::spawn(move || {
+            for i in 0..25 {
+                let mut cmd = Command::new(shell[0]);
+                cmd.args(&shell[1..]).arg("-c").arg(&round);
+                for (name, _) in std::env::vars_os() {
+                    if name.to_str().is_some_and(|n| n.starts_with("REDLOCK_")) {
+                        cmd.env_remove(name);
+                    }
+                }
+                cmd.env("RR", bin())
+                    .env("REDLOCK_REDIS_URL", &redis_url)
+                    .env("INSIDE", &inside)
+                    .env("LOG", &log)
+                    .env("UNLOCK", if (i + n) % 2 == 0 { "yes" } else { "no" })
+                    .process_group(0);
+                let r = run(&mut cmd, LIMIT);
+                assert_eq!(r.code, 0, "{}: round {i}: {}", shell.join(" "), r.stderr);
+            }
+        }));
+    }
+    for c in children {
+        c.join().unwrap();
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("overlap") && !log.contains("unlock "), "{log}");
+    let fences: Vec<u64> = log.lines().filter_map(|l| l.strip_prefix("fence ")?.parse().ok()).collect();
+    assert_eq!(fences.len(), 50, "{log}");
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences grow: {fences:?}");
+}
+
+/// A lost lock stops the script's group (its `trap … TERM` runs) before the key could expire:
+/// deleted by `release --force`, or gone with a Redis restarted empty.
+#[test]
+fn a_lost_lock_stops_the_script_before_the_key_could_expire() {
+    for restart in [false, true] {
+        let mut redis = RedisServer::start();
+        let dir = tmp();
+        let (held, trapped) = (file(&dir, "held"), file(&dir, "trapped"));
+        let body = r#"trap 'echo term > "$TRAPPED"; exit 7' TERM
+            eval "$("$RR" lock --key lock:lost --ttl 3s)" || exit
+            echo > "$HELD"
+            sleep 100 & wait"#;
+        let s = script(&["bash"], &redis, body)
+            .env("HELD", &held)
+            .env("TRAPPED", &trapped)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        read_when_present(&held, Duration::from_secs(10));
+        let lost = Instant::now();
+        if restart {
+            redis.restart_empty();
+        } else {
+            let url = redis.url();
+            let r =
+                run(wrapper().args(["release", "--force", "--redis-url", &url, "--key", "lock:lost"]), LIMIT);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+        }
+        let out = wait_output(s, LIMIT);
+        let stopped = lost.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(7), "restart {restart}: the trap ran: {stderr}");
+        assert_eq!(std::fs::read_to_string(&trapped).unwrap(), "term\n");
+        assert!(
+            stopped < Duration::from_secs(3),
+            "restart {restart}: stopped after {stopped:?}, within the TTL"
+        );
+        assert!(stderr.contains("lock lost"), "{stderr}");
+    }
+}
+
+#[test]
+fn unlock_releases_at_once_and_the_script_goes_on() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let log = file(&dir, "log");
+    let body = r#"eval "$("$RR" lock --key lock:steps --ttl 20s)" || exit
+        again=$("$RR" lock --key lock:steps 2>"$LOG.again"); echo "again $? $again" >> "$LOG"
+        "$RR" unlock; echo "unlock $?" >> "$LOG"
+        "$RR" status --key lock:steps > /dev/null; echo "status $?" >> "$LOG"
+        "$RR" unlock 2>"$LOG.twice"; echo "twice $?" >> "$LOG"
+        eval "$("$RR" lock --key lock:steps --ttl 20s)" || exit
+        "$RR" status --key lock:steps > /dev/null; echo "relocked $?" >> "$LOG""#;
+    let r = run(script(&["bash"], &redis, body).env("LOG", &log), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(log_text, "again 64 (exit 64)\nunlock 0\nstatus 1\ntwice 125\nrelocked 0\n");
+    let again = std::fs::read_to_string(format!("{}.again", log.display())).unwrap();
+    assert!(
+        again.contains("already holds \"lock:steps\"") && again.contains("REDLOCK_HOLDER=redlock-run."),
+        "{again}"
+    );
+    let twice = std::fs::read_to_string(format!("{}.twice", log.display())).unwrap();
+    assert!(twice.contains("is gone"), "{twice}");
+    assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:steps")), "released at the script's exit");
+    // Outside a script that took a lock, there is nothing to unlock.
+    let r = run(wrapper().arg("unlock"), LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(r.stderr.contains("REDLOCK_HOLDER is not set"), "{}", r.stderr);
+}
+
+/// A lock that cannot be taken prints only `(exit N)`: nothing is assigned, `eval` fails with
+/// the run's status, and `|| exit` ends the script before its steps.
+#[test]
+fn a_failed_lock_ends_the_script_with_the_runs_status() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let mut holder = hold_until(&redis, ["--key", "lock:busy"], &go);
+    assert!(wait_until(LIMIT, || redis.exists(b"lock:busy")), "held by another run");
+    for shell in shells() {
+        let body = r#"out=$("$RR" lock --key lock:busy); echo "$? [$out]"
+            out=$("$RR" lock --key lock:busy --busy-exit-code 1 -q); echo "$? [$out]"
+            eval "$("$RR" lock --key lock:busy)" || exit
+            echo "not reached""#;
+        let r = run(&mut script(&shell, &redis, body), LIMIT);
+        let stdout = String::from_utf8_lossy(&r.stdout);
+        assert_eq!(r.code, 75, "{}: {stdout} {}", shell.join(" "), r.stderr);
+        assert_eq!(stdout, "75 [(exit 75)]\n1 [(exit 1)]\n", "{}", shell.join(" "));
+        assert!(r.stderr.contains("busy"), "{}", r.stderr);
+        // The guide's way to end with 0, and print nothing, when another host holds the lock.
+        let guide = include_str!("../../docs/GUIDE.md");
+        let quiet = guide.lines().find(|l| l.contains("|| { s=$?;")).expect("the guide's line").trim();
+        let body = format!(
+            "{}\necho not reached",
+            quiet.replace("redlock-run ", "\"$RR\" ").replace("lock:report", "lock:busy")
+        );
+        let r = run(&mut script(&shell, &redis, &body), LIMIT);
+        assert_eq!(
+            (r.code, r.stdout.as_slice(), r.stderr.as_str()),
+            (0, &b""[..], ""),
+            "{}",
+            shell.join(" ")
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+}
+
+#[test]
+fn lock_refuses_what_it_cannot_guard() {
+    let redis = RedisServer::start();
+    // Not under `$(…)`: stdout is no pipe, and nothing is printed.
+    let url = redis.url();
+    let mut lone = wrapper();
+    lone.args(["lock", "--redis-url", &url, "--key", "lock:no"]);
+    let out = wait_output(lone.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap(), LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("its output is not a pipe"), "{stderr}");
+    // Piped to another process: the parent does not read it.
+    let r = run(
+        &mut script(&["bash"], &redis, r#""$RR" lock --key lock:no | cat; exit "${PIPESTATUS[0]}""#),
+        LIMIT,
+    );
+    assert_eq!((r.code, r.stdout.as_slice()), (64, &b"(exit 64)\n"[..]), "{}", r.stderr);
+    assert!(r.stderr.contains("does not read them"), "{}", r.stderr);
+    // A script that shares its parent's process group: stopping the group would stop more.
+    // (`; exit` keeps the outer shell from exec'ing the inner one.)
+    let mut shared =
+        script(&["bash"], &redis, r#"bash -c 'eval "$("$RR" lock --key lock:no)" || exit; echo ran'; exit"#);
+    let r = run(&mut shared, LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("setsid -w") && !String::from_utf8_lossy(&r.stdout).contains("ran"),
+        "{}",
+        r.stderr
+    );
+    // Options that a script cannot honour.
+    for flags in [&["--idempotency-key", "x"][..], &["--no-new-privs"], &["--busy-exit-code", "0"]] {
+        let body = format!(r#"eval "$("$RR" lock --key lock:no {})" || exit; echo ran"#, flags.join(" "));
+        let r = run(&mut script(&["bash"], &redis, &body), LIMIT);
+        assert_eq!(r.code, 64, "{flags:?}: {}", r.stderr);
+        assert!(r.stderr.contains(flags[0]), "{}", r.stderr);
+    }
+    assert!(!redis.exists(b"lock:no"));
+}
+
+/// An interactive shell is refused (a lost lock would end the session) unless
+/// `--allow-interactive`.
+#[test]
+fn an_interactive_shell_needs_allow_interactive() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let out = file(&dir, "out");
+    for (flag, expected) in [("", "64\n"), ("--allow-interactive", "0 held\n")] {
+        let mut shell = Command::new("bash");
+        shell.args(["--norc", "--noprofile", "-i"]).env("RR", bin()).env("REDLOCK_REDIS_URL", redis.url());
+        let (mut child, mut master) = spawn_on_pty(&mut shell);
+        use std::io::Write;
+        let line = format!(
+            "eval \"$(\"$RR\" lock --key lock:prompt {flag})\"; s=$?; echo \"$s${{REDLOCK_TOKEN:+ held}}\" > {}; exit\n",
+            out.display()
+        );
+        master.write_all(line.as_bytes()).unwrap();
+        let text = read_when_present(&out, Duration::from_secs(10));
+        assert_eq!(text, expected, "{flag:?}");
+        let _ = std::fs::remove_file(&out);
+        wait_bounded(&mut child, LIMIT);
+    }
+    assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:prompt")), "released when the shell exited");
+}
+
+/// A holder killed (SIGKILL, the OOM killer) takes the script's group with it, through its
+/// guardian, and the lock goes back at once.
+#[test]
+fn a_killed_holder_stops_the_script_and_frees_the_lock() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let holder_file = file(&dir, "holder");
+    let body = r#"eval "$("$RR" lock --key lock:killed --ttl 20s)" || exit
+        echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
+        sleep 100"#;
+    let mut s = script(&["bash"], &redis, body).env("HOLDER_FILE", &holder_file).spawn().unwrap();
+    let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
+    kill(Pid::from_raw(holder), Signal::SIGKILL).unwrap();
+    let status = wait_bounded(&mut s, LIMIT);
+    assert_eq!(status.signal(), Some(9), "the script's group was killed");
+    assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:killed")), "released at once");
+}
+
+/// The holder lives as long as its script: no password in its arguments or environment.
+#[test]
+fn no_password_in_the_holders_arguments_or_environment() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"requirepass", b"S3cretPw"]);
+    let dir = tmp();
+    let holder_file = file(&dir, "holder");
+    let go = file(&dir, "go");
+    let url_with_password = redis.url().replacen("redis://", "redis://:S3cretPw@", 1);
+    for (url_flag, password_var) in [(url_with_password.as_str(), None), ("", Some("S3cretPw"))] {
+        let body = format!(
+            r#"eval "$("$RR" lock --key lock:secret {})" || exit
+            echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
+            while [ ! -e "$GO" ]; do sleep 0.01; done"#,
+            if url_flag.is_empty() { String::new() } else { format!("--redis-url {url_flag}") }
+        );
+        let mut cmd = script(&["bash"], &redis, &body);
+        cmd.env("HOLDER_FILE", &holder_file).env("GO", &go);
+        if let Some(pw) = password_var {
+            cmd.env("REDLOCK_PASSWORD", pw);
+        }
+        let mut s = cmd.spawn().unwrap();
+        let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
+        for what in ["cmdline", "environ"] {
+            let bytes = std::fs::read(format!("/proc/{holder}/{what}")).unwrap();
+            assert!(
+                !bytes.windows(8).any(|w| w == b"S3cretPw"),
+                "{what}: {}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+        let cmdline = std::fs::read(format!("/proc/{holder}/cmdline")).unwrap();
+        assert!(cmdline.starts_with(b"redlock-run\0lock"), "{}", String::from_utf8_lossy(&cmdline));
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_bounded(&mut s, LIMIT).success());
+        std::fs::remove_file(&go).unwrap();
+        std::fs::remove_file(&holder_file).unwrap();
+    }
+}
