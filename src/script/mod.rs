@@ -64,7 +64,7 @@ pub fn begin(allow_interactive: bool, keys: &[Vec<u8>]) -> Begun {
         Err(e) => fail(&format!("cannot start the holder: {e}")),
         Ok(Some(holder)) => {
             drop(write);
-            Begun::Done(relay(read, holder))
+            Begun::Done(relay(read, holder, &script))
         }
         Ok(None) => {
             drop(read);
@@ -103,8 +103,27 @@ pub fn print_failing(code: u8) {
 }
 
 /// The `lock` process: waits for the holder's report, prints the assignments it carries and
-/// exits with its status.
-fn relay(report: OwnedFd, holder: Pid) -> u8 {
+/// exits with its status. A script that ends meanwhile ends the holder's wait (SIGTERM).
+fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut told = false;
+    loop {
+        let mut fds = vec![PollFd::new(report.as_fd(), PollFlags::POLLIN)];
+        if let Some(fd) = script.pidfd().filter(|_| !told) {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        let every =
+            if told || script.pidfd().is_some() { PollTimeout::NONE } else { PollTimeout::from(50u16) };
+        let _ = poll(&mut fds, every);
+        if fds[0].any().unwrap_or(true) {
+            break;
+        }
+        if !told && script.has_exited() {
+            let _ = nix::sys::signal::kill(holder, nix::sys::signal::Signal::SIGTERM);
+            told = true;
+        }
+    }
     let mut bytes = Vec::new();
     let _ = std::fs::File::from(report).read_to_end(&mut bytes);
     let Some((&code, assignments)) = bytes.split_first() else {

@@ -33,6 +33,11 @@ impl Script {
             .is_none_or(|s| s.start_time != self.start_time || matches!(s.state, b'Z' | b'X' | b'x'))
     }
 
+    /// Readable once the script has exited, where the kernel has pidfds.
+    pub fn pidfd(&self) -> Option<&OwnedFd> {
+        self.pidfd.as_ref()
+    }
+
     /// Resolves once the script has exited.
     pub async fn exited(&mut self) {
         if let Some(fd) = &self.pidfd {

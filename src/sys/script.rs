@@ -47,7 +47,11 @@ pub fn hide_arguments(title: &[u8], secret: impl Fn(&[u8]) -> bool) {
     else {
         return;
     };
-    if arg_start == 0 || arg_end <= arg_start || env_end < env_start {
+    // The addresses are this process's own only if `environ`, untouched since start-up, starts
+    // where they say (an emulator's /proc may show another address space's).
+    // SAFETY: reading the `environ` pointer and its first entry, a pointer, nothing else.
+    let first = unsafe { *libc::environ };
+    if arg_start == 0 || arg_end <= arg_start || arg_end > env_start || first as usize != env_start {
         return;
     }
     // SAFETY: [arg_start, arg_end) and [env_start, env_end) are this process's own argument

@@ -434,3 +434,27 @@ fn no_password_in_the_holders_arguments_or_environment() {
         std::fs::remove_file(&holder_file).unwrap();
     }
 }
+
+/// A script that dies while its `lock` waits: the wait ends with it, and the lock is never
+/// taken for a script that is gone.
+#[test]
+fn a_script_that_dies_while_waiting_ends_the_wait() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let mut other = hold_until(&redis, ["--key", "lock:waited"], &go);
+    assert!(wait_until(LIMIT, || redis.exists(b"lock:waited")), "held by another run");
+    let body = r#"eval "$("$RR" lock --key lock:waited --wait forever)" || exit; sleep 100"#;
+    let mut s = script(&["bash"], &redis, body).spawn().unwrap();
+    let queued = || redis.cmd::<u64>(&[b"ZCARD", b"{lock:waited}:queue"]) == 1;
+    assert!(wait_until(Duration::from_secs(10), queued), "the script's lock waits in the queue");
+    kill(Pid::from_raw(s.id() as i32), Signal::SIGKILL).unwrap();
+    wait_bounded(&mut s, LIMIT);
+    assert!(
+        wait_until(AT_ONCE, || redis.cmd::<u64>(&[b"ZCARD", b"{lock:waited}:queue"]) == 0),
+        "the wait ended with the script"
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut other, LIMIT).success());
+    assert!(!wait_until(Duration::from_millis(500), || redis.exists(b"lock:waited")), "nobody took it");
+}
