@@ -2,8 +2,9 @@
 # Runs the aarch64 static binary under qemu-user against a local (x86-64) redis-server and
 # checks the parts of the stop path that are per-architecture (raw system calls, clone flags,
 # the vfork spawn): --version, a locked command's status, a lost lease's stop, a forwarded
-# signal, a wrapper stopped alone, and the guardian killing the group after the wrapper's
-# SIGKILL.
+# signal, a wrapper stopped alone, the guardian killing the group after the wrapper's
+# SIGKILL, and a script's lock (the holder's fork, and the script watched without a child's
+# exit).
 #
 #   contrib/test-arm64.sh dist/redlock-run-VERSION-aarch64-linux-musl
 #
@@ -53,4 +54,13 @@ sleep 0.5; kill -KILL $w; wait $w 2>/dev/null
 pgid=$(cat "$dir/pid")
 for _ in $(seq 40); do [ -z "$(ps -o pid= -g "$pgid")" ] && break; sleep 0.05; done
 [ -z "$(ps -o pid= -g "$pgid")" ] || fail "the command's group outlived the wrapper's SIGKILL"
+# A script's lock: held for the script, released at its exit, and a lost one stops the script.
+export QEMU_BIN="$bin" URL="$url" PORT="$port"
+lock='eval "$(qemu-aarch64-static "$QEMU_BIN" lock --redis-url "$URL" --key arm:script --ttl 3s)" || exit'
+setsid -w bash -c "$lock"'; [ "$(redis-cli -p "$PORT" get arm:script)" = "$REDLOCK_TOKEN" ] || exit 9'
+[ $? = 0 ] || fail "a script's lock was not held for the script"
+for _ in $(seq 40); do [ "$(redis-cli -p "$port" exists arm:script)" = 0 ] && break; sleep 0.05; done
+[ "$(redis-cli -p "$port" exists arm:script)" = 0 ] || fail "a script's lock outlived the script"
+setsid -w bash -c 'trap "exit 7" TERM; '"$lock"'; redis-cli -p "$PORT" del arm:script > /dev/null; sleep 30 & wait'
+[ $? = 7 ] || fail "a script's lost lock did not stop the script"
 echo "test-arm64: all passed ($bin)"

@@ -49,8 +49,12 @@ pub fn hide_arguments(title: &[u8], secret: impl Fn(&[u8]) -> bool) {
     };
     // The addresses are this process's own only if `environ`, untouched since start-up, starts
     // where they say (an emulator's /proc may show another address space's).
-    // SAFETY: reading the `environ` pointer and its first entry, a pointer, nothing else.
-    let first = unsafe { *libc::environ };
+    unsafe extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    // SAFETY: reading the C library's `environ` pointer (never null after start-up) and its
+    // first entry, a pointer, nothing else.
+    let first = unsafe { *environ };
     if arg_start == 0 || arg_end <= arg_start || arg_end > env_start || first as usize != env_start {
         return;
     }
