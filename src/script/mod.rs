@@ -4,8 +4,8 @@
 //! `lock` forks its holder before anything else runs. The holder takes the lock as a run
 //! does (`run::run`, with the script as its target), then leaves the script's session, tells
 //! the `lock` process the assignments to print and supervises the script as a run supervises
-//! its command; the `lock` process prints them (or nothing, on failure) and exits with the
-//! holder's status. `unlock` asks the holder, through a socket named in `REDLOCK_HOLDER`, to
+//! its command; the `lock` process prints them and exits with the holder's status (on any
+//! failure `lib::main` prints `(exit N)` instead: [`print_failing`]). `unlock` asks the holder, through a socket named in `REDLOCK_HOLDER`, to
 //! let go.
 
 mod parent;
