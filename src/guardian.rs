@@ -506,9 +506,11 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
         let held = job.acquired.map(|at| Duration::from_nanos(sys::monotonic_ns().saturating_sub(at).max(0) as u64));
         let keep = held.map_or(Duration::ZERO, |h| ticket.min_hold.saturating_sub(h));
         let acquired = held.and_then(|h| now.checked_sub(h)).unwrap_or(now);
-        // Out of the queue first, so that no release hands the lock to this run.
-        let _ = tokio::time::timeout(Duration::from_secs(1), lock.leave_queue()).await;
         if job.verdict == sys::Verdict::NothingRan {
+            // Out of the queue first, so that no release hands the lock to this run. (A run
+            // whose command ran is in no queue, and its release, the full one, hands the lock
+            // on; leaving would delete the lock first, and the release find it gone.)
+            let _ = tokio::time::timeout(Duration::from_secs(1), lock.leave_queue()).await;
             // A waiter's death: its place is given back, and a lock handed over to it meanwhile.
             let released = tokio::time::timeout(Duration::from_secs(3), lock.release(keep, false)).await;
             let handed = matches!(released, Ok(Ok(Released::Deleted | Released::Kept)));
