@@ -306,7 +306,7 @@ impl Cli {
             // given: printing docs reads no configuration, so a wrapper's variables are dropped.
             Err(e) if e.kind() == clap::error::ErrorKind::ArgumentConflict && asks_for_docs(&args) => {
                 cmd = cmd.mut_args(|a| a.env(None));
-                cmd.try_get_matches_from_mut(args)?
+                cmd.try_get_matches_from_mut(args.clone())?
             }
             parsed => parsed?,
         };
@@ -317,6 +317,20 @@ impl Cli {
         let top = kind_from_env(&matches);
         let sub = matches.subcommand_matches("lock").map(kind_from_env);
         let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
+        if cli.action.is_none()
+            && let Some(sub @ ("lock" | "unlock")) = first_operand(&args).and_then(|w| w.to_str())
+        {
+            // As a command to run it would run a program of that name, and a script's
+            // `eval "$(…)"` would go on without the lock if there is none.
+            return Err(clap::Error::raw(
+                clap::error::ErrorKind::InvalidSubcommand,
+                format!(
+                    "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] \
+                     (to run a program called {sub}, put it after --)\n"
+                ),
+            )
+            .with_cmd(&cmd));
+        }
         cli.run.kind_from_env = top;
         if let (Some(Action::Lock(Deferred(lock))), Some(sub)) = (&mut cli.action, sub) {
             lock.run.kind_from_env = sub;
@@ -357,6 +371,47 @@ pub fn value_from_variable(flag: &str) -> Option<String> {
             || arg.get_short().is_some_and(|c| !a.starts_with("--") && a.starts_with('-') && a.contains(c))
     });
     (!given && std::env::var_os(&var).is_some()).then_some(var)
+}
+
+/// The first word of `args` (argv, the program first) that is neither an option nor an
+/// option's value, before any `--`: a subcommand, or the command to run.
+fn first_operand(args: &[OsString]) -> Option<&std::ffi::OsStr> {
+    let cmd = Cli::command();
+    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
+    let long_takes = |name: &str| cmd.get_arguments().any(|a| a.get_long() == Some(name) && takes_value(a));
+    let short_takes = |c: char| cmd.get_arguments().any(|a| a.get_short() == Some(c) && takes_value(a));
+    let mut words = args.iter().skip(1);
+    while let Some(word) = words.next() {
+        let text = word.to_string_lossy();
+        if text == "--" {
+            return None;
+        }
+        if let Some(long) = text.strip_prefix("--") {
+            if !long.contains('=') && long_takes(long) {
+                words.next();
+            }
+        } else if let Some(shorts) = text.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-vk KEY`: the first short that takes a value takes the rest, or the next word.
+            if let Some(at) = shorts.chars().position(short_takes)
+                && at + 1 == shorts.chars().count()
+            {
+                words.next();
+            }
+        } else {
+            return Some(word);
+        }
+    }
+    None
+}
+
+/// Whether the command line asks for `lock`, even mistyped or placed after options: its
+/// failure must then end the script that evaluates its output (see `script::print_failing`).
+pub fn means_lock() -> bool {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let first = args.get(1).and_then(|a| a.to_str());
+    first == Some("lock")
+        || first.and_then(mistyped_subcommand) == Some("lock")
+        || first_operand(&args).is_some_and(|w| w == "lock")
 }
 
 /// The words a first argument may be meant as: the subcommands, and `help`.
@@ -491,7 +546,8 @@ pub enum Action {
     /// Release the lock taken by `lock` in this script
     ///
     /// Finds the holder through REDLOCK_HOLDER; exits 0 once the lock is released, 125 when it
-    /// was lost (or its holder is gone), 64 when this script holds no lock.
+    /// was lost (or its holder is gone), 64 when this script holds no lock, 77 when the holder
+    /// is another user's.
     Unlock(Deferred<UnlockArgs>),
 }
 

@@ -45,7 +45,7 @@ pub fn main() -> ExitCode {
     }
     let mut holder = false;
     let code = main_status(&mut holder);
-    if lock && !holder && code != 0 {
+    if !holder && code != 0 && (lock || cli::means_lock()) {
         // Whatever stopped `lock`, the script that evaluates its output must not go on.
         script::print_failing(code);
     }
@@ -57,7 +57,12 @@ pub fn main() -> ExitCode {
 fn main_status(holder: &mut bool) -> u8 {
     let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
-        // --help and --version.
+        // --help and --version; in a script's `eval "$(redlock-run lock --help)"`, on stderr and
+        // failing, so that the script neither runs the text nor goes on without the lock.
+        Err(e) if !e.use_stderr() && cli::means_lock() && script::evaluated() => {
+            eprint!("{}", e.render());
+            return exit::status::USAGE;
+        }
         Err(e) if !e.use_stderr() => {
             let _ = e.print();
             return 0;

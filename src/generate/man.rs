@@ -170,6 +170,7 @@ fn finish_sub_page(page: &str, sub: &str) -> String {
             ("0", "the lock was released"),
             ("64", "no lock: REDLOCK_HOLDER is not set"),
             ("70", "the holder cannot be reached"),
+            ("77", "the holder belongs to another user (only its user and root may unlock it)"),
             ("125", "the lock was lost (the script is being stopped), or its holder is gone"),
         ],
         _ => &[

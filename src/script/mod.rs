@@ -91,6 +91,11 @@ fn fail(msg: &str) -> Begun {
     Begun::Done(status::INTERNAL)
 }
 
+/// Whether a shell evaluates this process's output (`eval "$(…)"`).
+pub fn evaluated() -> bool {
+    parent::reader().is_ok()
+}
+
 /// What `lock` prints when it fails, whatever failed (but on a terminal): `(exit N)`, so that
 /// `eval` fails with its status (`eval` of nothing succeeds, in every shell) and `|| exit`
 /// ends the script with it. Nothing is assigned.
@@ -102,14 +107,37 @@ pub fn print_failing(code: u8) {
     }
 }
 
+/// The signals the `lock` process passes on to the waiting holder.
+const PASSED_ON: [nix::sys::signal::Signal; 7] = {
+    use nix::sys::signal::Signal::*;
+    [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM]
+};
+
 /// The `lock` process: waits for the holder's report, prints the assignments it carries and
-/// exits with its status. A script that ends meanwhile ends the holder's wait (SIGTERM).
+/// exits with its status. A script that ends meanwhile ends the holder's wait (SIGTERM); a
+/// signal to this process is passed on to the holder, and ends `lock` with 128+N whatever
+/// the holder reports (the script must not go on as if it held the lock).
 fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::signal::{SigSet, Signal, kill};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
     use std::os::fd::AsFd;
-    let mut told = false;
+    let mut mask = SigSet::empty();
+    for sig in PASSED_ON {
+        if !crate::sys::ignored_at_start(sig) {
+            mask.add(sig);
+        }
+    }
+    let signals = mask
+        .thread_block()
+        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK));
+    let signals = signals.map_err(|e| tracing::debug!("signals to lock are not passed on: {e}")).ok();
+    let (mut told, mut signalled) = (false, None);
     loop {
         let mut fds = vec![PollFd::new(report.as_fd(), PollFlags::POLLIN)];
+        if let Some(fd) = &signals {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
         if let Some(fd) = script.pidfd().filter(|_| !told) {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
@@ -119,10 +147,22 @@ fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
         if fds[0].any().unwrap_or(true) {
             break;
         }
+        if let Some(Ok(Some(info))) = signals.as_ref().map(SignalFd::read_signal)
+            && let Ok(sig) = Signal::try_from(info.ssi_signo as i32)
+        {
+            let _ = kill(holder, sig);
+            signalled.get_or_insert(sig);
+        }
         if !told && script.has_exited() {
-            let _ = nix::sys::signal::kill(holder, nix::sys::signal::Signal::SIGTERM);
+            let _ = kill(holder, Signal::SIGTERM);
             told = true;
         }
+    }
+    if let Some(sig) = signalled {
+        // Whatever the holder said: it releases once the script, which gets no assignments,
+        // has ended.
+        let _ = std::fs::File::from(report).read_to_end(&mut Vec::new());
+        return signal_status(sig as i32);
     }
     let mut bytes = Vec::new();
     let _ = std::fs::File::from(report).read_to_end(&mut bytes);
@@ -257,9 +297,6 @@ async fn serve(listener: tokio::net::UnixListener, script: Pid, let_go: mpsc::Un
     let own = nix::unistd::geteuid().as_raw();
     loop {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
-        if !stream.peer_cred().is_ok_and(|c| c.uid() == own || c.uid() == 0) {
-            continue;
-        }
         let let_go = let_go.clone();
         tokio::spawn(async move {
             let mut line = String::new();
@@ -267,6 +304,14 @@ async fn serve(listener: tokio::net::UnixListener, script: Pid, let_go: mpsc::Un
             let mut read = tokio::io::BufReader::new(tokio::io::AsyncReadExt::take(&mut stream, 256));
             let asked = tokio::time::timeout(Duration::from_secs(1), read.read_line(&mut line)).await;
             if !matches!(asked, Ok(Ok(_))) {
+                return;
+            }
+            if !stream.peer_cred().is_ok_and(|c| c.uid() == own || c.uid() == 0) {
+                let denied = format!(
+                    "{} only the holder's user (uid {own}) or root may unlock it\n",
+                    status::PERMISSION
+                );
+                let _ = stream.write_all(denied.as_bytes()).await;
                 return;
             }
             match line.trim_end() {

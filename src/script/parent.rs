@@ -59,44 +59,8 @@ impl Script {
 /// process group (which a lost lock stops), and, unless `allow_interactive`, not be a shell
 /// at a terminal's prompt. The error says what is wrong and what to do.
 pub fn identify(allow_interactive: bool) -> Result<Script, String> {
-    const HOW: &str = "run it as eval \"$(redlock-run lock --key KEY …)\" in a script";
-    let pipe = match nix::sys::stat::fstat(std::io::stdout()) {
-        Ok(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO => st.st_ino,
-        _ => {
-            return Err(format!(
-                "lock prints shell assignments for eval, and its output is not a pipe: {HOW}"
-            ));
-        }
-    };
-    // The shell that reads the output, up through the subshells between (`$(cmd 2>file)`
-    // runs `cmd` in a subshell of the one that evaluates): they write to the pipe, and end
-    // with this process.
-    let mut pid = nix::unistd::getppid();
-    let mut hops = 0;
-    let script = loop {
-        let script = describe(pid);
-        match pipe_end(pid, pipe) {
-            Ok(Some(End::Read)) => break script,
-            Ok(Some(End::Write)) if hops < MAX_SUBSHELLS => match stat(pid) {
-                Some(s) => {
-                    pid = s.parent;
-                    hops += 1;
-                }
-                None => return Err(format!("{script} ended before the lock was taken")),
-            },
-            Ok(_) => {
-                return Err(format!(
-                    "lock prints shell assignments for eval, and its parent ({script}) does not read them: {HOW}"
-                ));
-            }
-            Err(e) => {
-                return Err(format!(
-                    "cannot tell whether the parent ({script}) reads lock's output ({e}): {HOW}, as the \
-                     same user"
-                ));
-            }
-        }
-    };
+    let pid = reader()?;
+    let script = describe(pid);
     let group = nix::unistd::getpgid(Some(pid))
         .map_err(|e| format!("cannot read the process group of the script ({script}): {e}"))?;
     if group != pid {
@@ -104,7 +68,7 @@ pub fn identify(allow_interactive: bool) -> Result<Script, String> {
             "the script ({script}) does not lead its process group, which a lost lock stops: the group is \
              led by {}, and stopping it would stop more than the script; start the script in a group of \
              its own: setsid -w ./script (in a crontab, or after sh -c: setsid -w /path/to/script, or exec \
-             /path/to/script)",
+             /path/to/script); a subshell ( ... ) is a process of its own: take the lock outside it",
             describe(group)
         ));
     }
@@ -128,6 +92,45 @@ pub fn identify(allow_interactive: bool) -> Result<Script, String> {
         return Err(gone());
     }
     Ok(Script { pid, pidfd, start_time })
+}
+
+/// The shell that evaluates this process's output: the parent that reads its stdout pipe, or
+/// the shell above the subshells between (`$(cmd 2>file)` runs `cmd` in a subshell of the
+/// one that evaluates), which write to the pipe and end with this process.
+pub fn reader() -> Result<Pid, String> {
+    // No `$(…)` in what may end up evaluated by mistake (`2>&1`).
+    const HOW: &str = "use it in a script, as `redlock-run lock --help` shows";
+    let pipe = match nix::sys::stat::fstat(std::io::stdout()) {
+        Ok(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFIFO => st.st_ino,
+        _ => {
+            return Err(format!(
+                "lock prints shell assignments for eval, and its output is not a pipe: {HOW}"
+            ));
+        }
+    };
+    let mut pid = nix::unistd::getppid();
+    for _ in 0..=MAX_SUBSHELLS {
+        let process = describe(pid);
+        match pipe_end(pid, pipe) {
+            Ok(Some(End::Read)) => return Ok(pid),
+            Ok(Some(End::Write)) => match stat(pid) {
+                Some(s) => pid = s.parent,
+                None => return Err(format!("{process} ended before the lock was taken")),
+            },
+            Ok(None) => {
+                return Err(format!(
+                    "lock prints shell assignments for eval, and its parent ({process}) does not read them: {HOW}"
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot tell whether the parent ({process}) reads lock's output ({e}): {HOW}, as the \
+                     same user"
+                ));
+            }
+        }
+    }
+    Err(format!("lock's output is read by none of its {MAX_SUBSHELLS} nearest ancestors: {HOW}"))
 }
 
 /// "backup.sh, pid 4242", as messages name a process.

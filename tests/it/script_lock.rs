@@ -387,12 +387,133 @@ fn a_killed_holder_stops_the_script_and_frees_the_lock() {
     let body = r#"eval "$("$RR" lock --key lock:killed --ttl 20s)" || exit
         echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
         sleep 100"#;
-    let mut s = script(&["bash"], &redis, body).env("HOLDER_FILE", &holder_file).spawn().unwrap();
+    let s = script(&["bash"], &redis, body)
+        .env("HOLDER_FILE", &holder_file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
     kill(Pid::from_raw(holder), Signal::SIGKILL).unwrap();
-    let status = wait_bounded(&mut s, LIMIT);
-    assert_eq!(status.signal(), Some(9), "the script's group was killed");
+    let out = wait_output(s, LIMIT);
+    assert_eq!(out.status.signal(), Some(9), "the script's group was killed");
     assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:killed")), "released at once");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is released now") && !stderr.contains("not-owner"), "one story: {stderr}");
+}
+
+/// A holder stopped alone (SIGSTOP) cannot renew: its guardian kills the script's group
+/// before the lease could expire, so the next holder never runs beside it.
+#[test]
+fn a_stopped_holder_cannot_let_its_script_outlive_the_lease() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (holder_file, ticks) = (file(&dir, "holder"), file(&dir, "ticks"));
+    let body = r#"eval "$("$RR" lock --key lock:stopped --ttl 2s)" || exit
+        echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
+        while :; do date +%s%N >> "$TICKS"; sleep 0.02; done"#;
+    let mut s = script(&["bash"], &redis, body)
+        .env("HOLDER_FILE", &holder_file)
+        .env("TICKS", &ticks)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
+    kill(Pid::from_raw(holder), Signal::SIGSTOP).unwrap();
+    let mut next = script(
+        &["bash"],
+        &redis,
+        r#"eval "$("$RR" lock --key lock:stopped --wait 10s)" || exit; date +%s%N"#,
+    );
+    let r = run(next.stderr(Stdio::null()), LIMIT);
+    kill(Pid::from_raw(holder), Signal::SIGCONT).unwrap();
+    assert_eq!(r.code, 0);
+    let entered: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
+    let last: u64 =
+        std::fs::read_to_string(&ticks).unwrap().lines().filter_map(|l| l.parse().ok()).max().unwrap();
+    assert!(last < entered, "the stopped holder's script ran beside the next holder");
+    wait_bounded(&mut s, LIMIT);
+}
+
+/// A signal to `lock` itself while it waits (`timeout`, `kill`) ends it with 128+N, and the
+/// script does not go on.
+#[test]
+fn a_signal_to_a_waiting_lock_ends_the_script() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let mut other = hold_until(&redis, ["--key", "lock:signalled"], &go);
+    assert!(wait_until(LIMIT, || redis.exists(b"lock:signalled")), "held by another run");
+    for shell in &shells()[..2] {
+        let body = r#"eval "$(timeout -s TERM 1 "$RR" lock --key lock:signalled --wait forever)" || exit
+            echo "not reached""#;
+        let r = run(&mut script(shell, &redis, body), LIMIT);
+        assert_eq!((r.code, r.stdout.as_slice()), (143, &b""[..]), "{}: {}", shell.join(" "), r.stderr);
+    }
+    // SIGTERM to `lock` alone (its holder is not in the signal's way): passed on.
+    let body = r#"eval "$("$RR" lock --key lock:signalled --wait forever)" || exit; echo "not reached""#;
+    let s = script(&["bash"], &redis, body).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let lock = s.id() as i32;
+    let mut pid = None;
+    assert!(wait_until(Duration::from_secs(10), || {
+        pid = children_of(lock).into_iter().find(|&p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"lock\0"))
+        });
+        pid.is_some() && redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]) == 1
+    }));
+    kill(Pid::from_raw(pid.unwrap()), Signal::SIGTERM).unwrap();
+    let out = wait_output(s, LIMIT);
+    assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(143), &b""[..]), "{out:?}");
+    assert_eq!(redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]), 0, "nothing left waiting");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut other, LIMIT).success());
+}
+
+/// Whatever stops a `lock` that was meant (a typo, options before it, `--help` under eval),
+/// the script does not go on.
+#[test]
+fn a_mistaken_lock_line_ends_the_script() {
+    let redis = RedisServer::start();
+    for line in [
+        "lokc --key lock:m",
+        "--key lock:m lock",
+        "--ttl 1m lock --key lock:m",
+        "lock --help",
+        "lock --kye lock:m",
+    ] {
+        let body = format!(r#"eval "$("$RR" {line})" || exit; echo "not reached""#);
+        let r = run(&mut script(&["bash"], &redis, &body), LIMIT);
+        assert_eq!((r.code, r.stdout.as_slice()), (64, &b""[..]), "{line}: {}", r.stderr);
+    }
+    // The guide's fail-closed form ends the script even when redlock-run cannot run at all.
+    let guide = include_str!("../../docs/GUIDE.md");
+    let at = guide.find("    lock=$(redlock-run lock").expect("the guide's fail-closed form");
+    let form: Vec<&str> = guide[at..].lines().take(2).map(str::trim).collect();
+    for (rr, expected) in [(bin(), 0), ("/nonexistent/redlock-run", 127)] {
+        let body = format!("{}\n\"$RR\" status --key lock:backup > /dev/null", form.join("\n"))
+            .replace("redlock-run ", "\"$RR\" ");
+        let r = run(script(&["sh"], &redis, &body).env("RR", rr), LIMIT);
+        assert_eq!(r.code, expected, "{rr}: {}", r.stderr);
+    }
+    // Outside eval, help is help.
+    let help = run(&mut script(&["sh"], &redis, r#""$RR" lock --help | cat"#), LIMIT);
+    assert_eq!(help.code, 0);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Hold the lock for the rest of a shell script"));
+    assert!(!redis.exists(b"lock:m"));
+}
+
+/// Another user cannot unlock a script's lock: 77, and the lock stays.
+#[test]
+fn another_user_cannot_unlock() {
+    if !nix::unistd::geteuid().is_root() {
+        return eprintln!("skipped: needs root to run unlock as nobody");
+    }
+    let redis = RedisServer::start();
+    let body = r#"eval "$("$RR" lock --key lock:mine)" || exit
+        setpriv --reuid 65534 --regid 65534 --clear-groups "$RR" unlock; echo "nobody $?"
+        "$RR" status --key lock:mine > /dev/null; echo "held $?""#;
+    let r = run(&mut script(&["bash"], &redis, body), LIMIT);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "nobody 77\nheld 0\n", "{}", r.stderr);
+    assert!(r.stderr.contains("or root may unlock it"), "{}", r.stderr);
 }
 
 /// The holder lives as long as its script: no password in its arguments or environment.
@@ -457,4 +578,17 @@ fn a_script_that_dies_while_waiting_ends_the_wait() {
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut other, LIMIT).success());
     assert!(!wait_until(Duration::from_millis(500), || redis.exists(b"lock:waited")), "nobody took it");
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children_of(parent: i32) -> Vec<i32> {
+    let entries = std::fs::read_dir("/proc").unwrap().flatten();
+    entries
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: i32 = stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
 }
