@@ -91,9 +91,13 @@ fn fail(msg: &str) -> Begun {
     Begun::Done(status::INTERNAL)
 }
 
-/// Whether a shell evaluates this process's output (`eval "$(…)"`).
+/// Whether a shell evaluates this process's output (`eval "$(…)"`): a shell reads it, not a
+/// program that captures it (help2man, a test).
 pub fn evaluated() -> bool {
-    parent::reader().is_ok()
+    const SHELLS: [&str; 9] = ["sh", "bash", "dash", "zsh", "ash", "busybox", "ksh", "mksh", "yash"];
+    parent::reader().is_ok_and(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| SHELLS.contains(&c.trim_end()))
+    })
 }
 
 /// What `lock` prints when it fails, whatever failed (but on a terminal): `(exit N)`, so that
