@@ -110,6 +110,12 @@ impl Invocation {
                          see; wrap the command instead",
                     ),
                     (
+                        a.run.metrics_file.is_some(),
+                        "--metrics-file",
+                        "reports the command's outcome (success or failure, the last success), and a \
+                         script's exit status is its parent's to know, not its holder's",
+                    ),
+                    (
                         a.run.no_new_privs,
                         "--no-new-privs",
                         "applies to a command the wrapper starts, and the script runs already",

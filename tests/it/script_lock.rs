@@ -343,7 +343,12 @@ fn lock_refuses_what_it_cannot_guard() {
         r.stderr
     );
     // Options that a script cannot honour.
-    for flags in [&["--idempotency-key", "x"][..], &["--no-new-privs"], &["--busy-exit-code", "0"]] {
+    for flags in [
+        &["--idempotency-key", "x"][..],
+        &["--no-new-privs"],
+        &["--busy-exit-code", "0"],
+        &["--metrics-file", "m.prom"],
+    ] {
         let body = format!(r#"eval "$("$RR" lock --key lock:no {})" || exit; echo ran"#, flags.join(" "));
         let r = run(&mut script(&["bash"], &redis, &body), LIMIT);
         assert_eq!(r.code, 64, "{flags:?}: {}", r.stderr);
