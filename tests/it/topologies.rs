@@ -586,6 +586,15 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
                     .expect("spawn");
                 let queued = || node.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == i;
                 assert!(wait_until(Duration::from_secs(10), queued), "{key}: waiter {i} queued");
+                // And listening, through the seed: queued first, a waiter subscribes just after,
+                // and a release before that cannot hand it the lock.
+                let grants = format!("{{{key}}}:wake:*:grant");
+                let listening = || {
+                    let channels: Vec<Vec<u8>> =
+                        cluster.nodes[0].cmd(&[b"PUBSUB", b"CHANNELS", grants.as_bytes()]);
+                    channels.len() == i as usize
+                };
+                assert!(wait_until(Duration::from_secs(10), listening), "{key}: waiter {i} listening");
                 w
             })
             .collect();
