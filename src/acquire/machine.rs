@@ -12,7 +12,8 @@
 //!
 //! 1. **No lock after the wait.** Once Redis has answered "busy", a lock handed over is taken
 //!    only until `--wait` + [`Handover::LATE`], and a busy wait that ends after that ends the
-//!    run busy, without another attempt. (An attempt that follows an outage wait belongs to the outage
+//!    run busy, without another attempt. (A holder that has ended on this host stretches
+//!    `--wait` to [`ENDED_GRACE`] from the start: its release is under way.) (An attempt that follows an outage wait belongs to the outage
 //!    budget, 4.) `--wait forever` has no end; such a run gives up only when a nested run's
 //!    wait could never end.
 //! 2. **Only a confirmed lock.** A handover is taken only when it came after the last attempt
@@ -47,6 +48,13 @@ pub const OUTAGE_RETRY: Duration = Duration::from_secs(1);
 /// A waiter retries at the holder's remaining TTL, but at least this often, in case a release
 /// announcement is missed (a dropped subscription).
 pub const BUSY_RETRY_CAP: Duration = Duration::from_secs(2);
+
+/// A busy answer naming a holder that has ended on this host (its release is under way: a
+/// script's holder releases within 100 ms of the script's exit, a killed wrapper's guardian at
+/// once) stretches `--wait` to this long from the start, retrying every [`ENDED_RETRY`]: the
+/// next run on the host does not find the lock busy for the few milliseconds that takes.
+pub const ENDED_GRACE: Duration = Duration::from_millis(500);
+pub const ENDED_RETRY: Duration = Duration::from_millis(10);
 
 /// The fault of an attempt that took the lock with too little of its lease left to start the
 /// command: it is given back and retried like an outage.
@@ -258,8 +266,10 @@ enum Phase {
 pub struct Machine {
     rules: Rules,
     jitter: Jitter,
-    /// The end of `--wait`, and of the outage budget; `None`: `--wait forever`.
+    /// The end of `--wait` (at least [`ENDED_GRACE`] from the start once a holder that ended
+    /// was found), and of the outage budget; `None`: `--wait forever`.
     wait_until: Option<Instant>,
+    started: Instant,
     outage_until: Option<Instant>,
     /// Waiters queue in arrival order (one Redis); a Redlock quorum's waiters retry on every
     /// announced release instead.
@@ -286,6 +296,7 @@ impl Machine {
         let join = rules.waits();
         Machine {
             wait_until: rules.wait.map(|wait| now + wait),
+            started: now,
             outage_until: rules.wait.map(|wait| now + wait.max(OUTAGE_RETRY)),
             join,
             queued: join && rules.queues,
@@ -481,6 +492,10 @@ impl Machine {
 
     /// After a busy answer that came at `now`: give up at the end of `--wait`, or wait.
     fn wait_for_release(&mut self, found: Acquired, now: Instant, out: &mut Vec<Action>) {
+        let ended = matches!(found, Acquired::Busy { ended: true, .. });
+        if ended {
+            self.wait_until = self.wait_until.map(|until| until.max(self.started + ENDED_GRACE));
+        }
         if self.wait_until.is_some_and(|until| now >= until) {
             self.give_up_busy(found, out);
             return;
@@ -498,6 +513,7 @@ impl Machine {
             pttl.unwrap_or(BUSY_RETRY_CAP).min(BUSY_RETRY_CAP)
                 + (self.jitter)(Duration::from_millis(25), 1, Duration::from_millis(50))
         };
+        let retry_in = if ended { retry_in.min(ENDED_RETRY) } else { retry_in };
         out.push(Action::Log(Note::Busy { retry_in }));
         let until = self.wait_until.map_or(now + retry_in, |until| until.min(now + retry_in));
         out.push(Action::Sleep(Wait { until, wakeups: true }));

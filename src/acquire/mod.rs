@@ -14,7 +14,7 @@ use crate::backoff::full_jitter;
 use crate::config::Config;
 use crate::exit::Error;
 use crate::guardian::Guard;
-use crate::lock::{Acquired, Holder, Kind, Lease, Lock, Wake, Wakeups, show_key};
+use crate::lock::{Acquired, Holder, Kind, Lease, Lock, Wake, Wakeups, hostname, show_key};
 use crate::signals::Signals;
 use machine::{Action, Context, End, Input, Machine, Rules, Wait};
 
@@ -100,7 +100,7 @@ impl Shell<'_> {
                 None
             }
             Action::Attempt { join } => Some(tokio::select! {
-                r = lock.acquire(join) => Input::Answer(r),
+                r = lock.acquire(join) => Input::Answer(r.map(mark_ended)),
                 sig = signals.recv_before_start() => Input::Signal(sig),
             }),
             Action::CheckNested { waiter } => {
@@ -170,6 +170,32 @@ impl Shell<'_> {
             }),
         }
     }
+}
+
+/// A busy answer whose holder is a process of this host that has ended (a script that took
+/// the lock, whose holder releases just after; a killed wrapper, whose guardian releases):
+/// marked, so that the machine waits the few milliseconds that takes (`ENDED_GRACE`).
+fn mark_ended(found: Acquired) -> Acquired {
+    match found {
+        Acquired::Busy { key, pttl, holder, holding, same_id, position, .. } => {
+            let ended = Holder::parse(&holder).is_some_and(|h| h.host == hostname() && !runs(h.pid));
+            Acquired::Busy { key, pttl, holder, holding, same_id, position, ended }
+        }
+        other => other,
+    }
+}
+
+/// Whether process `pid` of this host runs (a zombie has ended). A pid taken over by another
+/// process counts as running: the grace is then not given.
+fn runs(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return true };
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(nix::errno::Errno::ESRCH) {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rfind(')').and_then(|at| s[at + 1..].split_whitespace().next().map(str::to_owned)))
+        .is_none_or(|state| state != "Z" && state != "X")
 }
 
 /// Best-effort, bounded compare-and-delete after giving up on an attempt whose outcome is

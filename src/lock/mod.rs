@@ -33,7 +33,7 @@ pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
 pub use settings::Idempotency;
-pub use values::{Holder, Kind, Success, rfc3339_ms};
+pub use values::{Holder, Kind, Success, hostname, rfc3339_ms};
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
 /// server clock when it is gone, so expiring it is safe).
@@ -53,7 +53,9 @@ pub enum Acquired {
     /// Someone else holds key `key` (its index, in the order given): the holder this run
     /// waits for, its remaining TTL (`None`: the key never expires) and value; `holding`: how
     /// many hold; `same_id`: that holder runs the same `--idempotency-key`; `position`: this
-    /// run's place in that key's queue when it joined it (1 = next).
+    /// run's place in that key's queue when it joined it (1 = next); `ended`: the holder is
+    /// a process of this host that has ended, so its release is under way (set by the caller,
+    /// which can look: never here).
     Busy {
         key: usize,
         pttl: Option<Duration>,
@@ -61,6 +63,7 @@ pub enum Acquired {
         holding: u64,
         same_id: bool,
         position: Option<u64>,
+        ended: bool,
     },
     /// The holders would admit this run, but at key `key` other runs are queued ahead of it:
     /// the one it waits for (its lock value), and this run's place when it joined the queue.
@@ -462,7 +465,7 @@ impl Lock {
                 Ok(NodeAcquired::Busy { key, pttl, holder, holding, same_id, position, arrival, seen }) => {
                     new_arrival = new_arrival.or(arrival);
                     new_seen = new_seen.max(seen);
-                    busy.push(Acquired::Busy { key, pttl, holder, holding, same_id, position })
+                    busy.push(Acquired::Busy { key, pttl, holder, holding, same_id, position, ended: false })
                 }
                 Ok(NodeAcquired::Queued { key, first, position, arrival, seen }) => {
                     new_arrival = new_arrival.or(arrival);
@@ -513,8 +516,8 @@ impl Lock {
             };
             let soonest = busy.into_iter().min_by_key(left).expect("busy is not empty");
             return Ok(match soonest {
-                Acquired::Busy { key, pttl, holder, holding, same_id, position } => {
-                    Acquired::Busy { key: global(key), pttl, holder, holding, same_id, position }
+                Acquired::Busy { key, pttl, holder, holding, same_id, position, ended } => {
+                    Acquired::Busy { key: global(key), pttl, holder, holding, same_id, position, ended }
                 }
                 other => other,
             });

@@ -159,7 +159,7 @@ impl Success {
 }
 
 /// This machine's name, or `unknown` when it has none that fits in a space-separated value.
-fn hostname() -> String {
+pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())

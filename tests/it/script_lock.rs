@@ -597,3 +597,32 @@ fn children_of(parent: i32) -> Vec<i32> {
         })
         .collect()
 }
+
+/// The script's exit reaches its parent a moment before its holder has released: the next
+/// run on the host, even without `--wait`, waits that moment out instead of finding the lock
+/// busy (a holder of this host that has ended is releasing). The moment is stretched here by
+/// stopping the holder for 100 ms.
+#[test]
+fn the_next_script_waits_for_the_release_of_one_that_ended() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (holder_file, go) = (file(&dir, "holder"), file(&dir, "go"));
+    let body = r#"eval "$("$RR" lock --key lock:next --ttl 20s)" || exit
+        echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
+        while [ ! -e "$GO" ]; do sleep 0.01; done"#;
+    let mut first =
+        script(&["sh"], &redis, body).env("HOLDER_FILE", &holder_file).env("GO", &go).spawn().unwrap();
+    let holder = Pid::from_raw(holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim()));
+    kill(holder, Signal::SIGSTOP).unwrap();
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut first, LIMIT).success());
+    let next = script(&["sh"], &redis, r#"eval "$("$RR" lock --key lock:next)" || exit"#)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    kill(holder, Signal::SIGCONT).unwrap();
+    let out = wait_output(next, LIMIT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -20,8 +20,15 @@ fn ms(n: u64) -> Duration {
 enum Reply {
     Granted,
     Done,
-    Busy { pttl_ms: Option<u64>, position: Option<u64> },
-    Queued { position: Option<u64> },
+    /// `ended`: the holder is a process of this host that has ended.
+    Busy {
+        pttl_ms: Option<u64>,
+        position: Option<u64>,
+        ended: bool,
+    },
+    Queued {
+        position: Option<u64>,
+    },
     Unavailable,
     Transient,
     Denied,
@@ -107,8 +114,12 @@ fn reply() -> impl Strategy<Value = Reply> {
     prop_oneof![
         4 => Just(Reply::Granted),
         1 => Just(Reply::Done),
-        8 => (proptest::option::of(prop_oneof![Just(50u64), Just(800), Just(5000)]), position.clone())
-            .prop_map(|(pttl_ms, position)| Reply::Busy { pttl_ms, position }),
+        8 => (
+            proptest::option::of(prop_oneof![Just(50u64), Just(800), Just(5000)]),
+            position.clone(),
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+        )
+            .prop_map(|(pttl_ms, position, ended)| Reply::Busy { pttl_ms, position, ended }),
         5 => position.prop_map(|position| Reply::Queued { position }),
         5 => Just(Reply::Unavailable),
         3 => Just(Reply::Transient),
@@ -456,13 +467,14 @@ impl World {
                 self.last = Last::Done;
                 Ok(Acquired::AlreadyDone { record: b"host 1 0".to_vec() })
             }
-            Reply::Busy { pttl_ms, position } => Ok(Acquired::Busy {
+            Reply::Busy { pttl_ms, position, ended } => Ok(Acquired::Busy {
                 key: at,
                 pttl: pttl_ms.map(ms),
                 holder: b"t0 host 1 0".to_vec(),
                 holding: 1,
                 same_id: false,
                 position,
+                ended,
             }),
             Reply::Queued { position } => {
                 Ok(Acquired::Queued { key: at, first: b"t1 host 2 0".to_vec(), position })
@@ -643,7 +655,51 @@ fn busy() -> Input {
         holding: 1,
         same_id: false,
         position: Some(1),
+        ended: false,
     }))
+}
+
+/// A run that does not wait, finding the lock held by a process of this host that has ended
+/// (its release under way), tries again every few milliseconds for `ENDED_GRACE`, then is busy.
+#[test]
+fn a_holder_that_ended_here_is_waited_for_briefly() {
+    let ended = || {
+        Input::Answer(Ok(Acquired::Busy {
+            key: 0,
+            pttl: Some(Duration::from_secs(3)),
+            holder: b"t0 host 1 0".to_vec(),
+            holding: 1,
+            same_id: false,
+            position: None,
+            ended: true,
+        }))
+    };
+    let (mut d, out) = Drive::new(rules(Duration::ZERO, false, false));
+    assert!(matches!(out[..], [Action::Attempt { .. }]), "{out:?}");
+    let mut attempts = 1;
+    let mut out = d.feed(Duration::ZERO, ended());
+    while d.machine.end().is_none() {
+        let wait = out
+            .iter()
+            .find_map(|a| match a {
+                Action::Sleep(wait) => Some(*wait),
+                _ => None,
+            })
+            .expect("a retry");
+        assert!(wait.until <= d.now + ENDED_RETRY, "retried within {ENDED_RETRY:?}");
+        let at = wait.until - d.start;
+        assert!(d.feed(at, Input::Timer).iter().any(|a| matches!(a, Action::Attempt { .. })));
+        attempts += 1;
+        out = d.feed(at, ended());
+        assert!(attempts < 1000, "bounded");
+    }
+    let start = d.start;
+    assert!(matches!(d.machine.end(), Some(End::Busy { .. })));
+    assert!(d.now >= start + ENDED_GRACE && attempts >= 40, "{attempts} attempts over {:?}", d.now - start);
+    // A holder that runs: busy at once.
+    let (mut d, _) = Drive::new(rules(Duration::ZERO, false, false));
+    d.feed(Duration::ZERO, busy());
+    assert!(matches!(d.machine.end(), Some(End::Busy { .. })));
 }
 
 fn unavailable() -> Input {
