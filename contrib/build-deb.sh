@@ -28,6 +28,10 @@ case $arch in x86_64) deb_arch=amd64 ;; aarch64) deb_arch=arm64 ;; esac
 deb=$out/redlock-run_${version}-1_${deb_arch}.deb
 echo "--- lintian $deb"
 # Every tag, the informational and pedantic ones too, is either absent or overridden.
-lintian --fail-on error,warning,info,pedantic --display-info --pedantic --info "$deb"
+# spelling-error-in-binary comes and goes with the build: machine code in a static binary
+# spells a listed misspelling by chance ("wtH"), on one architecture and not the other (an
+# override would then be unused, itself a tag). The text the binary prints is in the source.
+lintian --fail-on error,warning,info,pedantic --display-info --pedantic --info \
+  --suppress-tags spelling-error-in-binary "$deb"
 echo "--- dpkg -c $deb"
 dpkg -c "$deb"
