@@ -409,9 +409,12 @@ fn first_operand(args: &[OsString]) -> Option<&std::ffi::OsStr> {
 pub fn means_lock() -> bool {
     let args: Vec<OsString> = std::env::args_os().collect();
     let first = args.get(1).and_then(|a| a.to_str());
+    // The definition is built (`first_operand`) only when the word is there at all: this runs
+    // as every failing run exits.
+    let lock_among_options = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "lock");
     first == Some("lock")
         || first.and_then(mistyped_subcommand) == Some("lock")
-        || first_operand(&args).is_some_and(|w| w == "lock")
+        || (lock_among_options && first_operand(&args).is_some_and(|w| w == "lock"))
 }
 
 /// The words a first argument may be meant as: the subcommands, and `help`.
