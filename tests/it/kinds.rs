@@ -340,9 +340,10 @@ fn a_holder_renews_under_oom_like_an_exclusive_one() {
     let redis = RedisServer::start();
     let dir = tmp();
     let go = file(&dir, "go");
-    let mut a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "1s"], &go);
+    // Two seconds: a renewal late under a loaded machine's scheduling would lose a 1 s lease.
+    let mut a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "2s"], &go);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
-    std::thread::sleep(Duration::from_millis(2000));
+    std::thread::sleep(Duration::from_millis(2500));
     let still: u64 = redis.cmd(&[b"ZCARD", b"lock:oom"]);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
     std::fs::write(&go, "").unwrap();

@@ -392,7 +392,7 @@ fn fail_open_run(url: &str, key: &str, extra: &[&str]) -> (Run, bool) {
 fn a_held_lock_is_busy_when_redis_is_out_of_memory() {
     let redis = RedisServer::start();
     let holder = redlock(&redis)
-        .args(["-k", "lock:oom", "--ttl", "1s", "--", "sleep", "3"])
+        .args(["-k", "lock:oom", "--ttl", "2s", "--", "sleep", "3"])
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
