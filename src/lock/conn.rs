@@ -10,10 +10,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
-    RedisError, TlsCertificates,
+    RedisConnectionInfo, RedisError, TlsCertificates,
 };
 
-use super::fault::Fault;
+use super::fault::{self, Fault};
 use super::mistakes;
 use super::replies;
 use super::sentinel::{Node, Watcher};
@@ -39,6 +39,8 @@ pub struct Conn {
     client: Option<Client>,
     /// No request has been answered on this connection yet.
     fresh: bool,
+    /// The last request was sent and got no reply within the command timeout.
+    timed_out: bool,
     /// The Sentinels given (none for other topologies).
     sentinels: Vec<Node>,
     /// With Sentinel: the switches of the master heard so far (started with the first link).
@@ -123,6 +125,7 @@ impl Conn {
             link: None,
             client: None,
             fresh: true,
+            timed_out: false,
             sentinels,
             watcher: None,
             link_epoch: 0,
@@ -367,9 +370,33 @@ impl Conn {
                 if let Some(mistake) = mistakes::tls_to_plaintext_port(&fault, addr, limit).await {
                     return Err(mistake);
                 }
+                if e.kind() == redis::ErrorKind::AuthenticationFailed
+                    && let Some(full) = self.full_before_auth(&client).await
+                {
+                    return Err(full);
+                }
                 Err(fault)
             }
         }
+    }
+
+    /// A Redis at `maxclients` refuses a connection before reading a command, so a client with
+    /// a password hears the refusal as AUTH's answer, which redis-rs reports as a failed
+    /// authentication (without the server's words): ask once more without the password.
+    async fn full_before_auth(&self, client: &Client) -> Option<Fault> {
+        let anonymous = RedisConnectionInfo::default().set_skip_set_lib_name();
+        let info = client.get_connection_info().clone().set_redis_settings(anonymous);
+        let probe = make_client(info, self.tls.as_ref()).ok()?;
+        let answer = tokio::time::timeout(self.connect_timeout + self.command_timeout, async {
+            let mut conn = probe.get_multiplexed_async_connection_with_config(&self.config).await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        })
+        .await
+        .ok()?;
+        let refused = answer.err()?;
+        tracing::debug!("asked again without the password: {refused}");
+        matches!(Fault::from_redis(&refused), Fault::Transient(m) if m == fault::MAX_CLIENTS)
+            .then(|| Fault::Transient(fault::MAX_CLIENTS.into()))
     }
 
     /// Asks every Sentinel at once where the master is, and takes the master a majority of
@@ -477,6 +504,7 @@ impl Conn {
     /// Classifies a reply. A plaintext connection reset at its first request is checked for a
     /// TLS port, so that the mistake is reported as such instead of retried.
     async fn answered<T>(&mut self, result: Result<T, RedisError>) -> Result<T, Fault> {
+        self.timed_out = matches!(&result, Err(e) if e.is_timeout());
         match result {
             Ok(v) => {
                 self.fresh = false;
@@ -508,6 +536,22 @@ impl Conn {
             Topology::Sentinel { .. } => self.client.as_ref().map(|c| c.get_connection_info().addr()),
             Topology::Cluster { .. } => None,
         }
+    }
+
+    /// After a request that got no reply in time: whether the node answers a PING on a
+    /// connection of its own, as it does while its writes are paused (`CLIENT PAUSE WRITE`,
+    /// as a failover pauses them): it is there, only not running scripts. A Cluster's nodes
+    /// are not asked.
+    pub async fn answers_while_unanswered(&mut self) -> bool {
+        if !self.timed_out || self.is_cluster() {
+            return false;
+        }
+        let Some(client) = self.client.clone() else { return false };
+        let ping = async {
+            let mut conn = client.get_multiplexed_async_connection_with_config(&self.config).await?;
+            redis::cmd("PING").query_async::<()>(&mut conn).await
+        };
+        matches!(tokio::time::timeout(self.connect_timeout + self.command_timeout, ping).await, Ok(Ok(())))
     }
 
     /// The bound on one request.

@@ -77,6 +77,10 @@ impl Fault {
             }
             _ => {}
         }
+        // A Redis at `maxclients` accepts a connection only to refuse it: full, not failing.
+        if text.contains(MAX_CLIENTS) {
+            return Fault::Transient(MAX_CLIENTS.into());
+        }
         // A Redis with a password refuses a request longer than an unauthenticated client may
         // send (more than 10 arguments, as the scripts' calls have) before it says NOAUTH.
         if text.contains("unauthenticated multibulk length") || text.contains("unauthenticated bulk length") {
@@ -108,6 +112,9 @@ impl Fault {
         }
     }
 }
+
+/// What a Redis at `maxclients` answers a new connection before it closes it.
+pub const MAX_CLIENTS: &str = "max number of clients reached";
 
 /// Whether an error code is one a Redis gives while it cannot serve a request for now.
 pub fn is_transient(code: &str) -> bool {

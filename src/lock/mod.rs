@@ -740,7 +740,17 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
     for k in keys {
         script.arg(&k.wake_prefix);
     }
-    let reply = call(node, &Call { lean, full: script }).await?;
+    let reply = match call(node, &Call { lean, full: script }).await {
+        // Never the unreachable Redis `--fail-open` runs the command without.
+        Err(Fault::Unavailable(_)) if node.answers_while_unanswered().await => {
+            return Err(Fault::Transient(
+                "a PING, but not the lock's script within --command-timeout: its writes paused \
+                 (CLIENT PAUSE WRITE, as during a failover), or its scripts slow"
+                    .into(),
+            ));
+        }
+        reply => reply?,
+    };
     let unexpected = || replies::unexpected("acquire", &reply);
     // A key index from the script (1-based) as the group's (0-based).
     let key_at = |v: Option<&Value>| {

@@ -583,3 +583,69 @@ fn a_tiny_open_file_limit_is_refused_before_anything_runs() {
         }
     }
 }
+
+/// `CLIENT PAUSE … WRITE` (what a manual failover does while the replica catches up): Redis
+/// answers reads but runs no script, so a run can neither take nor test the lock. It retries
+/// like an outage Redis reports and exits 69 saying so; `--fail-open` never runs the command,
+/// held lock or free, since Redis answers.
+#[test]
+fn paused_writes_never_fail_open() {
+    let redis = RedisServer::start();
+    let mut holder = redlock(&redis)
+        .args(["-k", "lock:paused", "--ttl", "30s", "--", "sleep", "30"])
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:paused")));
+    for key in ["lock:paused", "lock:free-while-paused"] {
+        redis.cmd::<()>(&[b"CLIENT", b"PAUSE", b"6000", b"WRITE"]);
+        let (r, ran) = fail_open_run(&redis.url(), key, &["--command-timeout", "1s"]);
+        redis.cmd::<()>(&[b"CLIENT", b"UNPAUSE"]);
+        assert_eq!(r.code, 69, "{key}: {}", r.stderr);
+        assert!(!ran, "{key}: --fail-open ran the command while Redis answered");
+        assert!(!r.stderr.contains("WITHOUT A LOCK"), "{key}: {}", r.stderr);
+        assert!(r.stderr.contains("writes paused"), "{key}: says why: {}", r.stderr);
+    }
+    kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).expect("kill");
+    wait_bounded(&mut holder, LIMIT);
+}
+
+/// A Redis at `maxclients` accepts a connection only to refuse it, before any command; with a
+/// password that refusal is the answer to AUTH. Either way Redis is there and full: retried
+/// within `--wait` (69 in the end, never 77 for a good password, never `--fail-open`), and the
+/// run goes ahead once a connection is free.
+#[test]
+fn a_redis_at_maxclients_is_retried_not_taken_for_a_wrong_password() {
+    let redis = RedisServer::start();
+    // The test's own connection stays open and authenticated: with it, no room for another.
+    let mut admin = redis.conn();
+    let config = |admin: &mut redis::Connection, name: &str, value: &str| {
+        redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query::<()>(admin).expect("CONFIG SET")
+    };
+    config(&mut admin, "maxclients", "1");
+    let (r, ran) = fail_open_run(&redis.url(), "lock:full", &["--wait", "1s"]);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!ran, "--fail-open ran the command while Redis answered");
+    assert!(r.stderr.contains("max number of clients"), "{}", r.stderr);
+
+    config(&mut admin, "requirepass", "Pw0rd");
+    let url = format!("redis://:Pw0rd@127.0.0.1:{}", redis.port);
+    let (r, ran) = fail_open_run(&url, "lock:full", &["--wait", "1s"]);
+    assert_eq!(r.code, 69, "a full Redis, not a wrong password: {}", r.stderr);
+    assert!(!ran, "--fail-open ran the command while Redis answered");
+    assert!(r.stderr.contains("max number of clients"), "{}", r.stderr);
+    assert!(!r.stderr.contains("authentication"), "{}", r.stderr);
+
+    let dir = tmp();
+    let marker = file(&dir, "ran");
+    let mut waiting = wrapper()
+        .args(["--redis-url", &url, "-k", "lock:full", "--wait", "20s", "--", "touch"])
+        .arg(&marker)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(700));
+    config(&mut admin, "maxclients", "100");
+    let code = wait_bounded(&mut waiting, LIMIT).code();
+    assert_eq!(code, Some(0), "retried until a connection was free");
+    assert!(marker.exists());
+}
