@@ -10,8 +10,8 @@ use tokio::time::{Instant, sleep};
 use crate::backoff::full_jitter;
 use crate::lock::{Fault, Lock, Released};
 
-/// Bounds on the release after the command has ended.
-const RELEASE_TRIES: u32 = 3;
+/// How long the release after the command has ended is retried: an outage or a Redis that
+/// cannot serve it now (TRYAGAIN while a Cluster slot moves) gets tries until then.
 const RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 /// How a release went, for `unlock`'s answer.
@@ -37,7 +37,7 @@ pub async fn release(
 ) -> Gave {
     let give_up = Instant::now() + RELEASE_BUDGET;
     let mut failure = String::from("timed out");
-    for attempt in 1..=RELEASE_TRIES {
+    for attempt in 1.. {
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
             Ok(Ok(Released::Deleted)) => {
@@ -58,10 +58,14 @@ pub async fn release(
                 );
                 return Gave::NotOurs;
             }
-            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) if attempt < RELEASE_TRIES => {
+            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) => {
                 tracing::debug!("release failed, retrying: {msg}");
                 failure = msg;
-                sleep(full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1))).await;
+                let pause = full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1));
+                if Instant::now() + pause >= give_up {
+                    break;
+                }
+                sleep(pause).await;
             }
             Ok(Err(fault)) => {
                 failure = fault.to_string();

@@ -373,7 +373,7 @@ struct Cluster {
 }
 
 /// The tests that each take a [`Cluster`] of their own.
-const CLUSTER_TESTS: usize = 6;
+const CLUSTER_TESTS: usize = 7;
 
 /// Clusters made ahead, all at once, by the first test that wants one: a node accepts writes
 /// only 2 s after it started (Redis waits that long before a master's cluster state can turn
@@ -677,23 +677,10 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
     let mut first = wrapper();
     in_cluster(&mut first);
     assert_eq!(run(first.args(["--", "true"]), LIMIT).code, 0, "the fence counter exists");
-    let from = cluster.node_for(key);
-    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
-    let slot: i64 = from.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
-    let slot = slot.to_string();
-    let from_id: String = from.cmd(&[b"CLUSTER", b"MYID"]);
-    let to_id: String = to.cmd(&[b"CLUSTER", b"MYID"]);
-    let port = to.port.to_string();
     // Half-way: a stale lock (someone else's, expiring) moves; its fence counter stays behind.
-    let half_way = || {
-        from.cmd::<()>(&[b"SET", key, b"someone-else", b"PX", b"1500"]);
-        to.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
-        from.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
-        from.cmd::<()>(&[b"MIGRATE", b"127.0.0.1", port.as_bytes(), key, b"0", b"5000"]);
-        let count = |n: &RedisServer| n.cmd::<i64>(&[b"CLUSTER", b"COUNTKEYSINSLOT", slot.as_bytes()]);
-        assert_eq!((count(from), count(to)), (1, 1), "the fence counter stayed, the lock moved");
-    };
-    half_way();
+    cluster.node_for(key).cmd::<()>(&[b"SET", key, b"someone-else", b"PX", b"1500"]);
+    let moving = Migration::of(&cluster, key);
+    moving.move_only(key);
 
     let mut stuck = wrapper();
     in_cluster(&mut stuck);
@@ -715,14 +702,7 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
     in_cluster(&mut waiter);
     let waiter = waiter.args(["--wait", "10s", "--", "true"]).stderr(Stdio::piped()).spawn().expect("spawn");
     std::thread::sleep(Duration::from_secs(1));
-    let rest: Vec<Vec<u8>> = from.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot.as_bytes(), b"100"]);
-    let mut migrate: Vec<&[u8]> =
-        vec![b"MIGRATE", b"127.0.0.1", port.as_bytes(), b"", b"0", b"5000", b"KEYS"];
-    migrate.extend(rest.iter().map(|k| k.as_slice()));
-    from.cmd::<()>(&migrate);
-    for node in &cluster.nodes {
-        node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
-    }
+    moving.complete(&cluster);
     let out = wait_output(waiter, LIMIT);
     assert_eq!(
         out.status.code(),
@@ -730,6 +710,81 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
         "acquired after the migration: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A slot moving from one node to another, key by key.
+struct Migration<'a> {
+    from: &'a RedisServer,
+    to: &'a RedisServer,
+    slot: String,
+    to_id: String,
+}
+
+impl<'a> Migration<'a> {
+    /// The move of `key`'s slot to another node, begun: the nodes marked migrating and
+    /// importing, no key moved yet.
+    fn of(cluster: &'a Cluster, key: &[u8]) -> Self {
+        let from = cluster.node_for(key);
+        let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
+        let slot: i64 = from.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
+        let slot = slot.to_string();
+        let from_id: String = from.cmd(&[b"CLUSTER", b"MYID"]);
+        let to_id: String = to.cmd(&[b"CLUSTER", b"MYID"]);
+        to.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
+        from.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
+        Migration { from, to, slot, to_id }
+    }
+
+    /// Moves `key` alone, leaving the slot's other keys (its fence counter) behind: until the
+    /// rest follows, a request on both answers TRYAGAIN.
+    fn move_only(&self, key: &[u8]) {
+        let port = self.to.port.to_string();
+        self.from.cmd::<()>(&[b"MIGRATE", b"127.0.0.1", port.as_bytes(), key, b"0", b"5000"]);
+        let count = |n: &RedisServer| n.cmd::<i64>(&[b"CLUSTER", b"COUNTKEYSINSLOT", self.slot.as_bytes()]);
+        assert_eq!((count(self.from), count(self.to)), (1, 1), "the fence counter stayed, the lock moved");
+    }
+
+    /// Moves the rest of the slot's keys and gives the slot to the new node on every node.
+    fn complete(&self, cluster: &Cluster) {
+        let slot = self.slot.as_bytes();
+        let rest: Vec<Vec<u8>> = self.from.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot, b"100"]);
+        let port = self.to.port.to_string();
+        let mut migrate: Vec<&[u8]> =
+            vec![b"MIGRATE", b"127.0.0.1", port.as_bytes(), b"", b"0", b"5000", b"KEYS"];
+        migrate.extend(rest.iter().map(|k| k.as_slice()));
+        self.from.cmd::<()>(&migrate);
+        for node in &cluster.nodes {
+            node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot, b"NODE", self.to_id.as_bytes()]);
+        }
+    }
+}
+
+/// The release meets a slot half-way through a move (TRYAGAIN): it is retried for its 3 s,
+/// so a move that ends within them frees the lock at once instead of leaving it for the TTL.
+#[test]
+fn cluster_release_is_retried_through_a_slot_move() {
+    let cluster = Cluster::start();
+    let key = b"lock:release-moving";
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let holder = wrapper()
+        .args(["--cluster", "--redis-url", &cluster.seed(), "-k", "lock:release-moving", "--ttl", "30s"])
+        .args(["--", "sh", "-c", HOLD_UNTIL_GO])
+        .env("GO", &go)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || cluster.node_for(key).exists(key)), "the lock is held");
+    let moving = Migration::of(&cluster, key);
+    moving.move_only(key);
+    std::fs::write(&go, "").unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    moving.complete(&cluster);
+    let out = wait_output(holder, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("could not confirm"), "released once the slot had moved: {stderr}");
+    assert!(!moving.to.exists(key), "the lock is free, not left for its TTL");
 }
 
 /// While the nodes disagree about who owns a slot (a resharding in progress), every node
