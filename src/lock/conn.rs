@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::{MultiplexedConnection, PubSubStream};
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{
@@ -14,6 +14,7 @@ use redis::{
 };
 
 use super::fault::{self, Fault};
+use super::keys;
 use super::mistakes;
 use super::replies;
 use super::sentinel::{Node, Watcher};
@@ -306,32 +307,7 @@ impl Conn {
                     link
                 }
                 Topology::Cluster { seeds } => {
-                    // Checked in `new`; parsed again for the host in lowercase.
-                    let seeds = seeds.iter().filter_map(|s| url::parse(s, "").ok()).collect::<Vec<_>>();
-                    let mut builder = ClusterClientBuilder::new(seeds)
-                        .connection_timeout(self.connect_timeout)
-                        .response_timeout(self.command_timeout)
-                        // TRYAGAIN, CLUSTERDOWN, LOADING: the client waits 1.28 s or more
-                        // between its own tries by default, which overruns the request timeout
-                        // ("timed out"); kept short, it hands back what the server said, and the
-                        // callers retry within their own budget.
-                        .retries(2)
-                        .min_retry_wait(10)
-                        .max_retry_wait(100);
-                    let settings = self.info.redis_settings();
-                    if let Some(password) = settings.password() {
-                        builder = builder.password(password);
-                    }
-                    if let Some(username) = settings.username() {
-                        builder = builder.username(username);
-                    }
-                    if let Some(tls) = &self.tls {
-                        builder = builder.certs(tls.clone());
-                    }
-                    if let ConnectionAddr::TcpTls { insecure: true, .. } = self.info.addr() {
-                        builder = builder.tls(redis::TlsMode::Insecure);
-                    }
-                    let client = builder.build().map_err(|e| Fault::Config(format!("cluster seeds: {e}")))?;
+                    let client = self.cluster_client(&seeds)?;
                     let conn = tokio::time::timeout(
                         self.connect_timeout + self.command_timeout,
                         client.get_async_connection(),
@@ -346,6 +322,36 @@ impl Conn {
             self.fresh = true;
         }
         Ok(self.link.as_mut().expect("connected above"))
+    }
+
+    /// A client of the Cluster behind `seeds`, with this connection's timeouts and credentials.
+    fn cluster_client(&self, seeds: &[String]) -> Result<ClusterClient, Fault> {
+        // Checked in `new`; parsed again for the host in lowercase.
+        let seeds = seeds.iter().filter_map(|s| url::parse(s, "").ok()).collect::<Vec<_>>();
+        let mut builder = ClusterClientBuilder::new(seeds)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.command_timeout)
+            // TRYAGAIN, CLUSTERDOWN, LOADING: the client waits 1.28 s or more
+            // between its own tries by default, which overruns the request timeout
+            // ("timed out"); kept short, it hands back what the server said, and the
+            // callers retry within their own budget.
+            .retries(2)
+            .min_retry_wait(10)
+            .max_retry_wait(100);
+        let settings = self.info.redis_settings();
+        if let Some(password) = settings.password() {
+            builder = builder.password(password);
+        }
+        if let Some(username) = settings.username() {
+            builder = builder.username(username);
+        }
+        if let Some(tls) = &self.tls {
+            builder = builder.certs(tls.clone());
+        }
+        if let ConnectionAddr::TcpTls { insecure: true, .. } = self.info.addr() {
+            builder = builder.tls(redis::TlsMode::Insecure);
+        }
+        builder.build().map_err(|e| Fault::Config(format!("cluster seeds: {e}")))
     }
 
     async fn connect_node(&mut self, client: Client) -> Result<Link, Fault> {
@@ -538,20 +544,30 @@ impl Conn {
         }
     }
 
-    /// After a request that got no reply in time: whether the node answers a PING on a
-    /// connection of its own, as it does while its writes are paused (`CLIENT PAUSE WRITE`,
-    /// as a failover pauses them): it is there, only not running scripts. A Cluster's nodes
-    /// are not asked.
-    pub async fn answers_while_unanswered(&mut self) -> bool {
-        if !self.timed_out || self.is_cluster() {
+    /// After a request on `key` that got no reply in time: whether the node serving it answers
+    /// a PING on a connection of its own, as it does while its writes are paused (`CLIENT
+    /// PAUSE WRITE`, as a failover pauses them): it is there, only not running scripts.
+    pub async fn answers_while_unanswered(&self, key: &[u8]) -> bool {
+        if !self.timed_out {
             return false;
         }
-        let Some(client) = self.client.clone() else { return false };
         let ping = async {
-            let mut conn = client.get_multiplexed_async_connection_with_config(&self.config).await?;
-            redis::cmd("PING").query_async::<()>(&mut conn).await
+            match &self.topology {
+                Topology::Cluster { seeds } => {
+                    let mut conn = self.cluster_client(seeds).ok()?.get_async_connection().await.ok()?;
+                    let route = Route::new(keys::slot(key), SlotAddr::Master);
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    conn.route_command(redis::cmd("PING"), route).await.ok().map(drop)
+                }
+                _ => {
+                    let client = self.client.as_ref()?;
+                    let mut conn =
+                        client.get_multiplexed_async_connection_with_config(&self.config).await.ok()?;
+                    redis::cmd("PING").query_async::<()>(&mut conn).await.ok()
+                }
+            }
         };
-        matches!(tokio::time::timeout(self.connect_timeout + self.command_timeout, ping).await, Ok(Ok(())))
+        matches!(tokio::time::timeout(self.connect_timeout + self.command_timeout, ping).await, Ok(Some(())))
     }
 
     /// The bound on one request.

@@ -742,7 +742,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
     }
     let reply = match call(node, &Call { lean, full: script }).await {
         // Never the unreachable Redis `--fail-open` runs the command without.
-        Err(Fault::Unavailable(_)) if node.answers_while_unanswered().await => {
+        Err(Fault::Unavailable(_)) if node.answers_while_unanswered(&keys[0].lock).await => {
             return Err(Fault::Transient(
                 "a PING, but not the lock's script within --command-timeout: its writes paused \
                  (CLIENT PAUSE WRITE, as during a failover), or its scripts slow"

@@ -373,7 +373,7 @@ struct Cluster {
 }
 
 /// The tests that each take a [`Cluster`] of their own.
-const CLUSTER_TESTS: usize = 7;
+const CLUSTER_TESTS: usize = 8;
 
 /// Clusters made ahead, all at once, by the first test that wants one: a node accepts writes
 /// only 2 s after it started (Redis waits that long before a master's cluster state can turn
@@ -785,6 +785,42 @@ fn cluster_release_is_retried_through_a_slot_move() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("could not confirm"), "released once the slot had moved: {stderr}");
     assert!(!moving.to.exists(key), "the lock is free, not left for its TTL");
+}
+
+/// `CLIENT PAUSE … WRITE` on the master of the lock's slot (what `CLUSTER FAILOVER` does to
+/// it): the node answers a PING, so a run neither fails open beside the holder nor says Redis
+/// is unreachable.
+#[test]
+fn cluster_paused_writes_never_fail_open() {
+    let cluster = Cluster::start();
+    let key = b"lock:cluster-paused";
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let in_cluster = ["--cluster", "--redis-url", &cluster.seed(), "-k", "lock:cluster-paused"];
+    let holder = wrapper()
+        .args(in_cluster)
+        .args(["--ttl", "30s", "--", "sh", "-c", HOLD_UNTIL_GO])
+        .env("GO", &go)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || cluster.node_for(key).exists(key)), "the lock is held");
+    let master = cluster.node_for(key);
+    master.cmd::<()>(&[b"CLIENT", b"PAUSE", b"6000", b"WRITE"]);
+    let marker = file(&dir, "ran");
+    let r = run(
+        wrapper()
+            .args(in_cluster)
+            .args(["--fail-open", "--command-timeout", "1s", "--", "touch"])
+            .arg(&marker),
+        LIMIT,
+    );
+    master.cmd::<()>(&[b"CLIENT", b"UNPAUSE"]);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(!marker.exists(), "--fail-open ran the command beside the holder");
+    assert!(r.stderr.contains("writes paused"), "says why: {}", r.stderr);
+    std::fs::write(&go, "").unwrap();
+    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0));
 }
 
 /// While the nodes disagree about who owns a slot (a resharding in progress), every node
