@@ -225,9 +225,11 @@ async fn follow(sentinel: Node, master: String, state: watch::Sender<State>, lim
                         true
                     });
                     let ((old_host, old_port), (new_host, new_port)) = switch;
+                    // One Sentinel's word (it may watch another deployment's master of the
+                    // same name): the master is asked of all of them again.
                     let text = format!(
-                        "the Sentinels switched master {master:?} from {old_host}:{old_port} to \
-                         {new_host}:{new_port}"
+                        "a Sentinel announced that master {master:?} moved from {old_host}:{old_port} \
+                         to {new_host}:{new_port}; asking the Sentinels again"
                     );
                     if news {
                         tracing::info!(sentinel = %shown, "{text}");
