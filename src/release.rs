@@ -10,9 +10,12 @@ use tokio::time::{Instant, sleep};
 use crate::backoff::full_jitter;
 use crate::lock::{Fault, Lock, Released};
 
-/// How long the release after the command has ended is retried: an outage or a Redis that
-/// cannot serve it now (TRYAGAIN while a Cluster slot moves) gets tries until then.
+/// How long the release after the command has ended is retried. A Redis that answers that it
+/// cannot serve it now (TRYAGAIN while a Cluster slot moves) gets tries until then; one that
+/// cannot be reached gets `RELEASE_TRIES`, so that a node that is down (one of a Redlock's)
+/// does not hold up every run's exit.
 const RELEASE_BUDGET: Duration = Duration::from_secs(3);
+const RELEASE_TRIES: u32 = 3;
 
 /// How a release went, for `unlock`'s answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +40,7 @@ pub async fn release(
 ) -> Gave {
     let give_up = Instant::now() + RELEASE_BUDGET;
     let mut failure = String::from("timed out");
+    let mut unreachable = 0;
     for attempt in 1.. {
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
@@ -58,9 +62,13 @@ pub async fn release(
                 );
                 return Gave::NotOurs;
             }
-            Ok(Err(Fault::Unavailable(msg) | Fault::Transient(msg))) => {
-                tracing::debug!("release failed, retrying: {msg}");
-                failure = msg;
+            Ok(Err(fault @ (Fault::Unavailable(_) | Fault::Transient(_)))) => {
+                unreachable += u32::from(matches!(fault, Fault::Unavailable(_)));
+                failure = fault.to_string();
+                if unreachable == RELEASE_TRIES {
+                    break;
+                }
+                tracing::debug!("release failed, retrying: {failure}");
                 let pause = full_jitter(Duration::from_millis(50), attempt, Duration::from_secs(1));
                 if Instant::now() + pause >= give_up {
                     break;
