@@ -63,7 +63,13 @@ async fn snapshot_once(conn: &mut Conn, keys: &Keys) -> Result<Snapshot, Fault> 
     let mut script = scripts::STATUS.key(&keys.lock);
     script.key(&keys.fence).key(&keys.queue).key(&keys.queue_expiry).key(&keys.holders);
     script.arg(MAX_WAITERS).arg(MAX_HOLDERS);
-    let reply: Vec<Value> = conn.invoke(&script).await?;
+    // Read-only, so that it answers while Redis's writes are paused (a failover); as any
+    // script where Redis or the ACL does not know EVALSHA_RO.
+    let reply: Vec<Value> = match conn.invoke_read_only(&script).await {
+        Err(Fault::Unavailable(m)) => return Err(Fault::Unavailable(m)),
+        Err(_) => conn.invoke(&script).await?,
+        Ok(reply) => reply,
+    };
     let [kind, value, pttl, fence, waiters, first, holding, holders, ours] = &reply[..] else {
         return Err(replies::unexpected("status", &reply));
     };

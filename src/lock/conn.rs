@@ -150,6 +150,20 @@ impl Conn {
         self.answered(result).await
     }
 
+    /// [`Conn::invoke`] with the script run read-only (`EVALSHA_RO`), as Redis runs it while
+    /// its writes are paused. Redis 6.2 does not know the command, and an ACL may not allow it.
+    pub async fn invoke_read_only<T: FromRedisValue>(
+        &mut self,
+        script: &super::scripts::Invocation,
+    ) -> Result<T, Fault> {
+        let result = match self.link().await? {
+            Link::Node(c) => script.invoke_read_only_async(c).await,
+            Link::Cluster(c) => script.invoke_read_only_async(c).await,
+        };
+        self.unless_switched()?;
+        self.answered(result).await
+    }
+
     /// Runs one plain command (for the operator's subcommands). With `slot`, a Cluster routes
     /// it to that slot's master (SCAN has no key to route by).
     pub async fn query<T: FromRedisValue>(

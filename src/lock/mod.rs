@@ -740,14 +740,21 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
     for k in keys {
         script.arg(&k.wake_prefix);
     }
-    let reply = match call(node, &Call { lean, full: script }).await {
-        // Never the unreachable Redis `--fail-open` runs the command without.
+    let acquire = Call { lean, full: script };
+    let reply = match call(node, &acquire).await {
+        // Never the unreachable Redis `--fail-open` runs the command without. The lean acquire
+        // reads before it writes: run read-only, it still finds a holder.
         Err(Fault::Unavailable(_)) if node.answers_while_unanswered(&keys[0].lock).await => {
-            return Err(Fault::Transient(
-                "a PING, but not the lock's script within --command-timeout: its writes paused \
-                 (CLIENT PAUSE WRITE, as during a failover), or its scripts slow"
-                    .into(),
-            ));
+            match peek(node, acquire.lean.as_ref()).await {
+                Some(busy) => busy,
+                None => {
+                    return Err(Fault::Transient(
+                        "a PING, but not the lock's script within --command-timeout: its writes \
+                         paused (CLIENT PAUSE WRITE, as during a failover), or its scripts slow"
+                            .into(),
+                    ));
+                }
+            }
         }
         reply => reply?,
     };
@@ -935,6 +942,14 @@ async fn release_on(node: &mut Conn, script: &Call) -> Result<Released, Fault> {
         merged = Some(merged.map_or(got, |m| merge(m, got)));
     }
     Ok(merged.expect("not empty"))
+}
+
+/// The lean acquire's busy answer, run read-only (where Redis runs that while its writes are
+/// paused): `None` when the lock is free (its first write fails) or the call is not of the lean
+/// shape.
+async fn peek(node: &mut Conn, lean: Option<&scripts::Invocation>) -> Option<Vec<Value>> {
+    let reply: Vec<Value> = node.invoke_read_only(lean?).await.ok()?;
+    matches!(reply.first(), Some(Value::Int(0))).then_some(reply)
 }
 
 /// Runs the lean script of a call when it has one, and the full one when there is none or the

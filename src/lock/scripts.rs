@@ -85,8 +85,8 @@ impl Invocation {
         self
     }
 
-    fn eval_cmd(&self) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+    fn eval_cmd(&self, command: &str) -> Cmd {
+        let mut cmd = redis::cmd(command);
         cmd.arg(self.script.hash()).arg(self.keys.len()).arg(&*self.keys).arg(&*self.args);
         cmd
     }
@@ -104,7 +104,24 @@ impl Invocation {
         &self,
         con: &mut impl redis::aio::ConnectionLike,
     ) -> RedisResult<T> {
-        let eval = self.eval_cmd();
+        self.run(con, "EVALSHA").await
+    }
+
+    /// The same as a read-only script (`EVALSHA_RO`, Redis 7.0 and later): a write fails, and
+    /// Redis runs it even while its writes are paused.
+    pub async fn invoke_read_only_async<T: FromRedisValue>(
+        &self,
+        con: &mut impl redis::aio::ConnectionLike,
+    ) -> RedisResult<T> {
+        self.run(con, "EVALSHA_RO").await
+    }
+
+    async fn run<T: FromRedisValue>(
+        &self,
+        con: &mut impl redis::aio::ConnectionLike,
+        command: &str,
+    ) -> RedisResult<T> {
+        let eval = self.eval_cmd(command);
         let mut loads = 0;
         loop {
             match eval.query_async(con).await {
@@ -120,7 +137,7 @@ impl Invocation {
     /// The same, on a blocking connection (tests).
     #[cfg(test)]
     pub fn invoke<T: FromRedisValue>(&self, con: &mut dyn redis::ConnectionLike) -> RedisResult<T> {
-        let eval = self.eval_cmd();
+        let eval = self.eval_cmd("EVALSHA");
         match eval.query(con) {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.load_cmd().exec(con)?;

@@ -585,9 +585,10 @@ fn a_tiny_open_file_limit_is_refused_before_anything_runs() {
 }
 
 /// `CLIENT PAUSE … WRITE` (what a manual failover does while the replica catches up): Redis
-/// answers reads but runs no script, so a run can neither take nor test the lock. It retries
-/// like an outage Redis reports and exits 69 saying so; `--fail-open` never runs the command,
-/// held lock or free, since Redis answers.
+/// answers reads but runs no script that may write, so a run cannot take the lock. A held lock
+/// is still busy (75: the acquire reads before it writes, and runs read-only), a free one is
+/// retried like an outage Redis reports (69, saying so), `--fail-open` never runs the command
+/// since Redis answers, and `status` answers at once.
 #[test]
 fn paused_writes_never_fail_open() {
     let redis = RedisServer::start();
@@ -596,14 +597,21 @@ fn paused_writes_never_fail_open() {
         .spawn()
         .expect("spawn");
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:paused")));
-    for key in ["lock:paused", "lock:free-while-paused"] {
+    // Each key: the run's status, what it says, and status's (0 held, 1 free).
+    let cases = [("lock:paused", 75, "held by", 0), ("lock:free-while-paused", 69, "writes paused", 1)];
+    for (key, code, says, status_code) in cases {
         redis.cmd::<()>(&[b"CLIENT", b"PAUSE", b"6000", b"WRITE"]);
         let (r, ran) = fail_open_run(&redis.url(), key, &["--command-timeout", "1s"]);
+        let status = run(
+            wrapper().args(["status", "--redis-url", &redis.url(), "-k", key, "--command-timeout", "1s"]),
+            LIMIT,
+        );
         redis.cmd::<()>(&[b"CLIENT", b"UNPAUSE"]);
-        assert_eq!(r.code, 69, "{key}: {}", r.stderr);
+        assert_eq!(r.code, code, "{key}: {}", r.stderr);
         assert!(!ran, "{key}: --fail-open ran the command while Redis answered");
         assert!(!r.stderr.contains("WITHOUT A LOCK"), "{key}: {}", r.stderr);
-        assert!(r.stderr.contains("writes paused"), "{key}: says why: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{key}: says why: {}", r.stderr);
+        assert_eq!(status.code, status_code, "{key}: status while writes are paused: {}", status.stderr);
     }
     kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).expect("kill");
     wait_bounded(&mut holder, LIMIT);

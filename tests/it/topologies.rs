@@ -788,8 +788,8 @@ fn cluster_release_is_retried_through_a_slot_move() {
 }
 
 /// `CLIENT PAUSE … WRITE` on the master of the lock's slot (what `CLUSTER FAILOVER` does to
-/// it): the node answers a PING, so a run neither fails open beside the holder nor says Redis
-/// is unreachable.
+/// it): the node answers a PING, so a run does not fail open beside the holder; it finds the
+/// lock busy (the acquire run read-only) and a free key's run says why it waits.
 #[test]
 fn cluster_paused_writes_never_fail_open() {
     let cluster = Cluster::start();
@@ -815,10 +815,19 @@ fn cluster_paused_writes_never_fail_open() {
             .arg(&marker),
         LIMIT,
     );
+    let free = run(
+        wrapper()
+            .args(["--cluster", "--redis-url", &cluster.seed(), "-k", "{lock:cluster-paused}:other"])
+            .args(["--fail-open", "--command-timeout", "1s", "--", "touch"])
+            .arg(&marker),
+        LIMIT,
+    );
     master.cmd::<()>(&[b"CLIENT", b"UNPAUSE"]);
-    assert_eq!(r.code, 69, "{}", r.stderr);
-    assert!(!marker.exists(), "--fail-open ran the command beside the holder");
-    assert!(r.stderr.contains("writes paused"), "says why: {}", r.stderr);
+    assert_eq!(r.code, 75, "{}", r.stderr);
+    assert!(r.stderr.contains("held by"), "{}", r.stderr);
+    assert_eq!(free.code, 69, "{}", free.stderr);
+    assert!(free.stderr.contains("writes paused"), "says why: {}", free.stderr);
+    assert!(!marker.exists(), "--fail-open ran the command while the node answered");
     std::fs::write(&go, "").unwrap();
     assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0));
 }
