@@ -614,7 +614,6 @@ fn cluster_renewal_survives_a_slot_migration() {
     let cluster = Cluster::start();
     let key = b"lock:migrating";
     let from = cluster.node_for(key);
-    let to = cluster.nodes.iter().find(|n| n.port != from.port).unwrap();
     let mut c = wrapper();
     let wrapper = c
         .args([
@@ -636,21 +635,9 @@ fn cluster_renewal_survives_a_slot_migration() {
     std::thread::sleep(Duration::from_millis(300));
 
     // Move the key's slot (with the lock and its fence counter) to another node.
-    let slot: i64 = from.cmd(&[b"CLUSTER", b"KEYSLOT", key]);
-    let slot = slot.to_string();
-    let from_id: String = from.cmd(&[b"CLUSTER", b"MYID"]);
-    let to_id: String = to.cmd(&[b"CLUSTER", b"MYID"]);
-    to.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"IMPORTING", from_id.as_bytes()]);
-    from.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"MIGRATING", to_id.as_bytes()]);
-    let keys: Vec<Vec<u8>> = from.cmd(&[b"CLUSTER", b"GETKEYSINSLOT", slot.as_bytes(), b"100"]);
-    let port = to.port.to_string();
-    let mut migrate: Vec<&[u8]> =
-        vec![b"MIGRATE", b"127.0.0.1", port.as_bytes(), b"", b"0", b"5000", b"KEYS"];
-    migrate.extend(keys.iter().map(|k| k.as_slice()));
-    from.cmd::<()>(&migrate);
-    for node in &cluster.nodes {
-        node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", to_id.as_bytes()]);
-    }
+    let moving = Migration::of(&cluster, key);
+    moving.complete(&cluster);
+    let to = moving.to;
     assert!(to.exists(key), "the lock moved with its slot");
 
     let out = wait_output(wrapper, LIMIT);
