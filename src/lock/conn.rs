@@ -142,12 +142,7 @@ impl Conn {
         &mut self,
         script: &super::scripts::Invocation,
     ) -> Result<T, Fault> {
-        let result = match self.link().await? {
-            Link::Node(c) => script.invoke_async(c).await,
-            Link::Cluster(c) => script.invoke_async(c).await,
-        };
-        self.unless_switched()?;
-        self.answered(result).await
+        self.run(script, false).await
     }
 
     /// [`Conn::invoke`] with the script run read-only (`EVALSHA_RO`), as Redis runs it while
@@ -156,9 +151,17 @@ impl Conn {
         &mut self,
         script: &super::scripts::Invocation,
     ) -> Result<T, Fault> {
+        self.run(script, true).await
+    }
+
+    async fn run<T: FromRedisValue>(
+        &mut self,
+        script: &super::scripts::Invocation,
+        read_only: bool,
+    ) -> Result<T, Fault> {
         let result = match self.link().await? {
-            Link::Node(c) => script.invoke_read_only_async(c).await,
-            Link::Cluster(c) => script.invoke_read_only_async(c).await,
+            Link::Node(c) => script.invoke_async(c, read_only).await,
+            Link::Cluster(c) => script.invoke_async(c, read_only).await,
         };
         self.unless_switched()?;
         self.answered(result).await

@@ -97,30 +97,17 @@ impl Invocation {
         cmd
     }
 
-    /// EVALSHA; on NOSCRIPT, SCRIPT LOAD and EVALSHA again, a few times: someone may flush the
-    /// scripts between the load and the call. (A Cluster sends SCRIPT LOAD to every master.) A
-    /// NOSCRIPT after that is a transient fault (`Fault::from_redis`), retried as such.
+    /// EVALSHA (with `read_only`, EVALSHA_RO: a write fails, and Redis 7.0 and later run it
+    /// even while their writes are paused); on NOSCRIPT, SCRIPT LOAD and the call again, a few
+    /// times: someone may flush the scripts between the load and the call. (A Cluster sends
+    /// SCRIPT LOAD to every master.) A NOSCRIPT after that is a transient fault
+    /// (`Fault::from_redis`), retried as such.
     pub async fn invoke_async<T: FromRedisValue>(
         &self,
         con: &mut impl redis::aio::ConnectionLike,
+        read_only: bool,
     ) -> RedisResult<T> {
-        self.run(con, "EVALSHA").await
-    }
-
-    /// The same as a read-only script (`EVALSHA_RO`, Redis 7.0 and later): a write fails, and
-    /// Redis runs it even while its writes are paused.
-    pub async fn invoke_read_only_async<T: FromRedisValue>(
-        &self,
-        con: &mut impl redis::aio::ConnectionLike,
-    ) -> RedisResult<T> {
-        self.run(con, "EVALSHA_RO").await
-    }
-
-    async fn run<T: FromRedisValue>(
-        &self,
-        con: &mut impl redis::aio::ConnectionLike,
-        command: &str,
-    ) -> RedisResult<T> {
+        let command = if read_only { "EVALSHA_RO" } else { "EVALSHA" };
         let eval = self.eval_cmd(command);
         let mut loads = 0;
         loop {
