@@ -340,16 +340,18 @@ fn a_holder_renews_under_oom_like_an_exclusive_one() {
     let redis = RedisServer::start();
     let dir = tmp();
     let go = file(&dir, "go");
-    // Two seconds: a renewal late under a loaded machine's scheduling would lose a 1 s lease.
-    let mut a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "2s"], &go);
+    // Three seconds: on a loaded machine a 1 s lease was lost to late renewals, and a 2 s one
+    // once (the requests' timeouts are a third of the slack the TTL leaves).
+    let a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "3s"], &go);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(3500));
     let still: u64 = redis.cmd(&[b"ZCARD", b"lock:oom"]);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
     std::fs::write(&go, "").unwrap();
-    let code = wait_bounded(&mut a, LIMIT).code();
-    assert_eq!(still, 1, "the lease was renewed while Redis was out of memory");
-    assert_eq!(code, Some(0), "the holder kept its lease and its command finished");
+    let out = wait_output(a, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(still, 1, "the lease was renewed while Redis was out of memory: {stderr}");
+    assert_eq!(out.status.code(), Some(0), "the holder kept its lease and its command finished: {stderr}");
 }
 
 #[test]
