@@ -1,6 +1,9 @@
 //! The renewal loop: keeps the lease alive while the command runs and reports what happens to
 //! the supervisor, which owns the decision to stop the command. Its retry schedule sits beside
-//! those of `acquire/` and `release.rs`; `lock/` makes single attempts.
+//! those of `acquire/` and `release.rs`; `lock/` makes single attempts. It also owns the
+//! watch: from [`WATCH_AFTER`] on, Redis tells the lock's connections when a key changes or a
+//! connection ends (`lock/watch.rs`), and each such notice is checked at once, so that a lost
+//! lock is found then rather than at the next renewal.
 
 use std::time::Duration;
 
@@ -9,7 +12,16 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
 use crate::backoff::full_jitter;
-use crate::lock::{Fault, Handover, Lease, Lock};
+use crate::lock::{Fault, Handover, Holding, Lease, Lock, Notice};
+
+/// How long the command runs before the holder asks Redis to watch its keys: a run that ends
+/// sooner costs Redis nothing more. A loss before then is found then.
+pub const WATCH_AFTER: Duration = Duration::from_millis(25);
+
+/// The longest pause between two checks of a notice Redis could not answer (its connection
+/// ended): a restarted Redis is asked again within this, at a random point of its second half
+/// so that a fleet's holders do not all arrive at once.
+pub const RECHECK_WITHIN: Duration = Duration::from_millis(250);
 
 #[derive(Debug)]
 pub enum LeaseEvent {
@@ -21,9 +33,48 @@ pub enum LeaseEvent {
     /// A renewal could not be confirmed (timeout, connection loss, READONLY, …); retrying.
     Failing { error: String, left: Duration },
     /// The key no longer holds our value: someone deleted or replaced it, or it expired.
-    Lost,
+    Lost(Revealed),
     /// The deadline passed without a confirmed renewal.
     Expired,
+}
+
+/// What found the lock lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revealed {
+    /// A renewal.
+    Renewal,
+    /// The check when the watch began.
+    Watch,
+    /// Redis said a lock key changed (deleted, replaced, expired, flushed).
+    Invalidation,
+    /// A connection ended, and the first check that could reach Redis again.
+    Disconnect,
+}
+
+impl Revealed {
+    pub fn name(self) -> &'static str {
+        match self {
+            Revealed::Renewal => "renewal",
+            Revealed::Watch => "watch",
+            Revealed::Invalidation => "invalidation",
+            Revealed::Disconnect => "disconnect",
+        }
+    }
+}
+
+impl From<Notice> for Revealed {
+    fn from(notice: Notice) -> Self {
+        match notice {
+            Notice::Invalidated => Revealed::Invalidation,
+            Notice::Disconnected => Revealed::Disconnect,
+        }
+    }
+}
+
+/// What the loop does next.
+enum Step {
+    Renew,
+    Check(Revealed),
 }
 
 /// The running renewal loop. [`Renewer::stop`] ends it and gives the lock back for release.
@@ -46,7 +97,8 @@ impl Renewer {
         let (events, rx) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
         let first = if confirm_soon { acquired + Handover::CONFIRM_AFTER } else { acquired + every };
-        let task = tokio::spawn(renew_loop(lock, lease, first, every, events, stopped));
+        let watch = acquired + WATCH_AFTER;
+        let task = tokio::spawn(renew_loop(lock, lease, first, every, watch, events, stopped));
         (Renewer { stop, task }, rx)
     }
 
@@ -63,18 +115,65 @@ async fn renew_loop(
     mut lease: Lease,
     mut next: Instant,
     every: Duration,
+    watch: Instant,
     events: mpsc::UnboundedSender<LeaseEvent>,
     mut stop: oneshot::Receiver<()>,
 ) -> Lock {
     let mut failures: u32 = 0;
+    let mut watch = Some(watch);
+    // A notice whose check Redis did not answer, and when to check again.
+    let mut unanswered: Option<(Revealed, Instant)> = None;
+    // The notice whose check called for the renewal that is next, if one did.
+    let mut prompted: Option<Revealed> = None;
     let last = loop {
-        tokio::select! {
+        let step = tokio::select! {
             biased;
             _ = &mut stop => return lock,
-            () = sleep_until(next) => {}
+            () = sleep_until(next) => Step::Renew,
             // The lease was confirmed on a node that is no longer the master: confirm it on
             // the new one now, before the key can expire there.
-            () = lock.master_changed() => tracing::info!("renewing on the new master"),
+            () = lock.master_changed() => {
+                tracing::info!("renewing on the new master");
+                Step::Renew
+            }
+            () = at(watch) => {
+                watch = None;
+                lock.watch();
+                Step::Check(Revealed::Watch)
+            }
+            () = at(unanswered.map(|(_, when)| when)) => Step::Check(unanswered.take().expect("armed").0),
+            notice = lock.notice() => Step::Check(notice.into()),
+        };
+        if let Step::Check(by) = step {
+            // A switch of the master meanwhile leaves the old one's answer unwanted.
+            let switching = lock.master_switching();
+            let result = tokio::select! {
+                biased;
+                _ = &mut stop => return lock,
+                r = lock.check() => Some(r),
+                () = switching => None,
+            };
+            match result {
+                Some(Ok(Holding::Ours { expires_in })) => {
+                    unanswered = None;
+                    tracing::debug!(notice = by.name(), "checked: the lock is still this run's");
+                    // Someone cut the key's expiry short of this run's lease (a PEXPIRE): the
+                    // lease is kept by renewing now, or the renewal finds the key gone.
+                    let now = Instant::now();
+                    if expires_in.is_some_and(|left| left < lease.remaining(now)) {
+                        tracing::info!("the key expires before this run's lease ends; renewing now");
+                        next = now;
+                        prompted = Some(by);
+                    }
+                }
+                Some(Ok(Holding::Lost)) => break LeaseEvent::Lost(by),
+                Some(Err(fault)) => {
+                    tracing::debug!(notice = by.name(), error = %fault, "the lock could not be checked; trying again");
+                    unanswered = Some((by, Instant::now() + recheck_delay()));
+                }
+                None => next = Instant::now(),
+            }
+            continue;
         }
         let sent = Instant::now();
         if lease.expired(sent) {
@@ -83,12 +182,21 @@ async fn renew_loop(
         if lease.sending(sent) {
             let _ = events.send(LeaseEvent::Renewing(lease));
         }
+        let switching = lock.master_switching();
         let result = tokio::select! {
             biased;
             _ = &mut stop => return lock,
             r = lock.renew() => r,
+            // The old master may be stopped: its answer would come at the command timeout,
+            // if at all, and would not count. Renew on the new one now.
+            () = switching => {
+                tracing::info!("the Sentinels switched the master during a renewal; renewing on the new one");
+                next = Instant::now();
+                continue;
+            }
         };
         let now = Instant::now();
+        let prompted_by = prompted.take();
         match result {
             Ok(true) if lease.renewed(sent, now) => {
                 tracing::debug!(left_ms = lease.remaining(now).as_millis() as u64, "renewed");
@@ -97,7 +205,9 @@ async fn renew_loop(
                 let _ = events.send(LeaseEvent::Renewed(lease));
             }
             Ok(true) => break LeaseEvent::Expired,
-            Ok(false) | Err(Fault::WrongType(_)) => break LeaseEvent::Lost,
+            Ok(false) | Err(Fault::WrongType(_)) => {
+                break LeaseEvent::Lost(prompted_by.unwrap_or(Revealed::Renewal));
+            }
             Err(fault) => {
                 failures += 1;
                 let left = lease.remaining(now);
@@ -109,6 +219,19 @@ async fn renew_loop(
     let _ = events.send(last);
     let _ = stop.await;
     lock
+}
+
+/// Resolves at `when`; never without one.
+async fn at(when: Option<Instant>) {
+    match when {
+        Some(when) => sleep_until(when).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Within [`RECHECK_WITHIN`], in its second half.
+fn recheck_delay() -> Duration {
+    RECHECK_WITHIN / 2 + full_jitter(RECHECK_WITHIN / 2, 0, RECHECK_WITHIN / 2)
 }
 
 /// A short, jittered pause before retrying a renewal.

@@ -7,11 +7,14 @@ use std::time::Duration;
 use redis::aio::{MultiplexedConnection, PubSubStream};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, FromRedisValue, IntoConnectionInfo,
-    RedisConnectionInfo, RedisError, TlsCertificates,
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue,
+    IntoConnectionInfo, ProtocolVersion, PushInfo, RedisConnectionInfo, RedisError, TlsCertificates,
+};
+use tokio::sync::mpsc;
 
 use super::fault::{self, Fault};
 use super::keys;
@@ -26,6 +29,16 @@ use crate::exit::Error;
 enum Link {
     Node(MultiplexedConnection),
     Cluster(ClusterConnection),
+}
+
+/// Client tracking (`CLIENT TRACKING ON NOLOOP` on a RESP3 link): Redis pushes a notice when a
+/// key the link read is changed by someone else, expires, or is flushed.
+enum Tracking {
+    Off,
+    /// Every link made from now on tracks; its notices, and its end, are sent here.
+    On(mpsc::UnboundedSender<PushInfo>),
+    /// The server, an ACL or a proxy in between refused it: renewals alone find a lost lock.
+    Refused,
 }
 
 pub struct Conn {
@@ -51,6 +64,9 @@ pub struct Conn {
     link_epoch: u64,
     connect_timeout: Duration,
     command_timeout: Duration,
+    tracking: Tracking,
+    /// What the tracking links push, while [`Tracking::On`].
+    pushes: Option<mpsc::UnboundedReceiver<PushInfo>>,
     /// Where we connect, for messages: the URL without its password.
     pub target: String,
 }
@@ -132,6 +148,8 @@ impl Conn {
             link_epoch: 0,
             connect_timeout: redis.connect_timeout,
             command_timeout: redis.command_timeout,
+            tracking: Tracking::Off,
+            pushes: None,
             target,
         })
     }
@@ -192,6 +210,61 @@ impl Conn {
         };
         self.unless_switched()?;
         self.answered(result).await
+    }
+
+    /// From now on every link tracks the keys its requests read, and [`Conn::pushed`] hears
+    /// what Redis says of them; the link in use is replaced at the next request. Where Redis
+    /// refuses, this says so once (debug) and the connection goes on as before.
+    pub fn track(&mut self) {
+        if matches!(self.tracking, Tracking::Off) {
+            let (sender, pushes) = mpsc::unbounded_channel();
+            self.tracking = Tracking::On(sender);
+            self.pushes = Some(pushes);
+            self.link = None;
+        }
+    }
+
+    /// The next message a tracking link pushed: an invalidation, or the end of the link.
+    /// Never resolves without tracking.
+    pub async fn pushed(&mut self) -> PushInfo {
+        match &mut self.pushes {
+            // The sender lives in `self.tracking` as long as the receiver does.
+            Some(pushes) => match pushes.recv().await {
+                Some(push) => push,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Before a request that reads the lock: in a Cluster, whose client reaches each master on a
+    /// link of its own and a slot may move to any of them (or to a replica promoted meanwhile),
+    /// tracking is turned on at every master first. Elsewhere each tracking link has it from
+    /// the start.
+    pub async fn arm(&mut self) -> Result<(), Fault> {
+        if !(matches!(self.tracking, Tracking::On(_)) && self.is_cluster()) {
+            return Ok(());
+        }
+        let Link::Cluster(c) = self.link().await? else { return Ok(()) };
+        let every =
+            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::AllSucceeded)));
+        match c.route_command(tracking_on(), every).await {
+            Ok(_) => Ok(()),
+            Err(e) if refuses_tracking(&e) => {
+                self.refuse(&e);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(&e)),
+        }
+    }
+
+    /// Tracking cannot work here: said once, and the links go on without it.
+    fn refuse(&mut self, why: &RedisError) {
+        tracing::debug!(
+            "Redis refused client tracking ({why}): a lost lock is found at the next renewal, not at once"
+        );
+        self.tracking = Tracking::Refused;
+        self.pushes = None;
     }
 
     /// Resolves once the Sentinels have switched the master since they were last asked: the
@@ -267,6 +340,18 @@ impl Conn {
         Err(last)
     }
 
+    /// Resolves at the next switch of the master the Sentinels announce from now on (never for
+    /// other topologies): a request in flight to the old master is not worth waiting for.
+    pub fn master_switching(&self) -> impl Future<Output = ()> + Send + 'static {
+        let changed = self.watcher.as_ref().map(|w| w.changed_since(w.epoch()));
+        async move {
+            match changed {
+                Some(changed) => changed.await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
     async fn link(&mut self) -> Result<&mut Link, Fault> {
         if let Some(watcher) = &self.watcher
             && watcher.epoch() != self.link_epoch
@@ -276,11 +361,7 @@ impl Conn {
         }
         if self.link.is_none() {
             let link = match self.topology.clone() {
-                Topology::Single | Topology::Quorum { .. } => {
-                    let client = make_client(self.info.clone(), self.tls.as_ref())
-                        .map_err(|e| Fault::from_redis(&e))?;
-                    self.connect_node(client).await?
-                }
+                Topology::Single | Topology::Quorum { .. } => self.connect_node(self.info.clone()).await?,
                 Topology::Sentinel { master, .. } => {
                     let limit = self.connect_timeout + self.command_timeout;
                     let sentinels = &self.sentinels;
@@ -298,9 +379,7 @@ impl Conn {
                         }
                         _ => ConnectionAddr::Tcp(host, port),
                     });
-                    let client = make_client(self.info.clone().set_addr(addr), self.tls.as_ref())
-                        .map_err(|e| Fault::from_redis(&e))?;
-                    let mut link = self.connect_node(client).await?;
+                    let mut link = self.connect_node(self.info.clone().set_addr(addr)).await?;
                     tracing::debug!("connected to {named}, the master the Sentinels name");
                     for refusal in self.watcher.as_ref().map(Watcher::refusals).unwrap_or_default() {
                         tracing::warn!("{refusal}");
@@ -324,15 +403,20 @@ impl Conn {
                     link
                 }
                 Topology::Cluster { seeds } => {
+                    let limit = self.connect_timeout + self.command_timeout;
+                    let timed_out = || Fault::Unavailable("connecting to the cluster timed out".into());
                     let client = self.cluster_client(&seeds)?;
-                    let conn = tokio::time::timeout(
-                        self.connect_timeout + self.command_timeout,
-                        client.get_async_connection(),
-                    )
-                    .await
-                    .map_err(|_| Fault::Unavailable("connecting to the cluster timed out".into()))?
-                    .map_err(|e| self.failed(&e))?;
-                    Link::Cluster(conn)
+                    let conn = match tokio::time::timeout(limit, client.get_async_connection()).await {
+                        Ok(Err(e)) if matches!(self.tracking, Tracking::On(_)) && refuses_tracking(&e) => {
+                            self.refuse(&e);
+                            let client = self.cluster_client(&seeds)?;
+                            tokio::time::timeout(limit, client.get_async_connection())
+                                .await
+                                .map_err(|_| timed_out())?
+                        }
+                        connected => connected.map_err(|_| timed_out())?,
+                    };
+                    Link::Cluster(conn.map_err(|e| self.failed(&e))?)
                 }
             };
             self.link = Some(link);
@@ -368,10 +452,34 @@ impl Conn {
         if let ConnectionAddr::TcpTls { insecure: true, .. } = self.info.addr() {
             builder = builder.tls(redis::TlsMode::Insecure);
         }
+        if let Tracking::On(pushes) = &self.tracking {
+            builder = builder.use_protocol(ProtocolVersion::RESP3).push_sender(pushes.clone());
+        }
         builder.build().map_err(|e| Fault::Config(format!("cluster seeds: {e}")))
     }
 
-    async fn connect_node(&mut self, client: Client) -> Result<Link, Fault> {
+    /// A link to the node at `info`'s address; a tracking one while [`Tracking::On`], or a plain
+    /// one once Redis refused tracking.
+    async fn connect_node(&mut self, info: ConnectionInfo) -> Result<Link, Fault> {
+        if let Tracking::On(pushes) = &self.tracking {
+            let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+            let client = make_client(info.clone().set_redis_settings(settings), self.tls.as_ref())
+                .map_err(|e| Fault::from_redis(&e))?;
+            let config = self.config.clone().set_push_sender(pushes.clone());
+            let tracked = async {
+                let mut conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+                tracking_on().exec_async(&mut conn).await.map(|()| conn)
+            };
+            match tracked.await {
+                Ok(conn) => {
+                    self.client = Some(client);
+                    return Ok(Link::Node(conn));
+                }
+                Err(e) if refuses_tracking(&e) => self.refuse(&e),
+                Err(e) => return Err(self.failed(&e)),
+            }
+        }
+        let client = make_client(info, self.tls.as_ref()).map_err(|e| Fault::from_redis(&e))?;
         match client.get_multiplexed_async_connection_with_config(&self.config).await {
             Ok(conn) => {
                 self.client = Some(client);
@@ -612,6 +720,22 @@ impl Conn {
         }
         fault
     }
+}
+
+/// Notices for the keys this link reads, but not for its own writes.
+fn tracking_on() -> redis::Cmd {
+    let mut cmd = redis::cmd("CLIENT");
+    cmd.arg("TRACKING").arg("ON").arg("NOLOOP");
+    cmd
+}
+
+/// Redis answered that it cannot track: no RESP3 (no `HELLO`, or a proxy that does not pass
+/// it), or `CLIENT TRACKING` unknown or not allowed to this user (`HELLO` itself is allowed to
+/// every user). A wrong password is no such answer: it fails the same without tracking.
+fn refuses_tracking(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::RESP3NotSupported
+        || e.code() == Some("NOPERM")
+        || matches!(Fault::from_redis(e), Fault::Failed(_))
 }
 
 fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {

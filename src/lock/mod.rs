@@ -16,6 +16,7 @@ mod scripts;
 mod sentinel;
 pub mod settings;
 pub mod url;
+mod watch;
 
 #[cfg(test)]
 mod queue_tests;
@@ -34,6 +35,7 @@ pub use keys::Keys;
 pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
 pub use settings::Idempotency;
 pub use values::{Holder, Kind, Success, hostname, rfc3339_ms};
+pub use watch::Notice;
 
 /// How long the fence counter outlives the last acquisition (it is re-initialised from the
 /// server clock when it is gone, so expiring it is safe).
@@ -125,6 +127,17 @@ fn handed_over(msg: &redis::Msg) -> Option<(i64, Duration)> {
     let (fence, ms) = std::str::from_utf8(msg.get_payload_bytes()).ok()?.split_once(' ')?;
     let grant = Duration::from_millis(ms.parse().ok()?);
     Some((fence.parse().ok()?, grant))
+}
+
+/// What a majority of the nodes said of the lock's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Every key holds this run's value; with a check, the soonest any of them ends in Redis
+    /// (none: no expiry was read).
+    Ours {
+        expires_in: Option<Duration>,
+    },
+    Lost,
 }
 
 /// How many of `n` nodes must agree for the lock to be held (Redlock's majority): ⌊n/2⌋+1.
@@ -310,6 +323,14 @@ impl Lock {
     /// for other topologies): what the lock was last confirmed on no longer counts.
     pub fn master_changed(&self) -> impl Future<Output = ()> + Send + 'static {
         let changes: Vec<_> = self.nodes.iter().map(|n| Box::pin(n.master_changed())).collect();
+        async move {
+            futures_util::future::select_all(changes).await;
+        }
+    }
+
+    /// Resolves at the next switch of a master the Sentinels announce from now on.
+    pub fn master_switching(&self) -> impl Future<Output = ()> + Send + 'static {
+        let changes: Vec<_> = self.nodes.iter().map(|n| Box::pin(n.master_switching())).collect();
         async move {
             futures_util::future::select_all(changes).await;
         }
@@ -551,9 +572,7 @@ impl Lock {
     /// Extends the lease if every key still holds our value on a majority. `Ok(false)`: one
     /// does not, and cannot (lost).
     pub async fn renew(&mut self) -> Result<bool, Fault> {
-        let n = self.nodes.len();
-        let quorum = quorum(n);
-        let Lock { nodes, keys, groups, value, ttl, kind, .. } = self;
+        let Lock { keys, groups, value, ttl, kind, .. } = &*self;
         let exclusive = *kind == Kind::Exclusive;
         let scripts: Vec<_> = groups
             .iter()
@@ -571,30 +590,54 @@ impl Lock {
                 Call { lean, full: script }
             })
             .collect();
-        let (scripts, groups) = (&scripts, &*groups);
+        Ok(matches!(self.on_majority(&scripts, "renewed").await?, Holding::Ours { .. }))
+    }
+
+    /// Runs one script per group on every node, each answering `{1[, left ms]}` (every key of
+    /// the group holds our value) or `{0, key}`: ours when a majority holds them all, lost as
+    /// soon as a majority no longer can; a key gone on a minority is a warning.
+    async fn on_majority(&mut self, scripts: &[Call], done: &str) -> Result<Holding, Fault> {
+        let n = self.nodes.len();
+        let quorum = quorum(n);
+        let Lock { nodes, keys, groups, .. } = self;
+        let groups = &*groups;
         // One round trip per node: the groups (one, but for keys in several Cluster slots) at
         // once. A node answers with the key it no longer holds, if any.
         let mut pending: FuturesUnordered<_> = nodes
             .iter_mut()
             .map(|node| async move {
+                node.arm().await?;
+                let mut soonest: Option<Duration> = None;
                 for (script, group) in scripts.iter().zip(groups) {
                     let reply = call(node, script).await?;
                     if replies::int(reply.first()) != Some(1) {
                         let at = replies::int(reply.get(1)).and_then(|i| usize::try_from(i).ok());
-                        return Ok(Some(
-                            at.and_then(|i| group.get(i.wrapping_sub(1))).copied().unwrap_or(group[0]),
-                        ));
+                        return Ok(Err(at
+                            .and_then(|i| group.get(i.wrapping_sub(1)))
+                            .copied()
+                            .unwrap_or(group[0])));
+                    }
+                    if let Some(left) = replies::int(reply.get(1)).and_then(|ms| u64::try_from(ms).ok()) {
+                        let left = Duration::from_millis(left);
+                        soonest = Some(soonest.map_or(left, |s| s.min(left)));
                     }
                 }
-                Ok::<Option<usize>, Fault>(None)
+                Ok::<Result<Option<Duration>, usize>, Fault>(Ok(soonest))
             })
             .collect();
-        let (mut renewed, mut lost) = (0, 0);
+        let (mut held, mut lost) = (0, 0);
+        let mut expires_in: Option<Duration> = None;
         let mut faults = Vec::new();
         while let Some(answer) = pending.next().await {
             match answer {
-                Ok(None) => renewed += 1,
-                Ok(Some(at)) => {
+                Ok(Ok(left)) => {
+                    held += 1;
+                    expires_in = match (expires_in, left) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Ok(Err(at)) => {
                     lost += 1;
                     if keys.len() > 1 {
                         tracing::warn!(key = %keys[at].lock.escape_ascii(), "this key no longer holds this run's value");
@@ -603,17 +646,24 @@ impl Lock {
                 Err(Fault::WrongType(_)) => lost += 1,
                 Err(f) => faults.push(f),
             }
-            // Lost as soon as a majority can no longer confirm; renewed when every node has
+            // Lost as soon as a majority can no longer confirm; held when every node has
             // answered (each bounded by the per-node timeout), so that no live node's copy lapses.
             if lost > n - quorum {
-                return Ok(false);
+                return Ok(Holding::Lost);
             }
         }
-        if renewed >= quorum {
-            return Ok(true);
+        if held >= quorum {
+            if lost > 0 {
+                tracing::warn!(
+                    lost_on = lost,
+                    nodes = n,
+                    "the lock is gone on {lost} of {n} nodes, still held on a majority"
+                );
+            }
+            return Ok(Holding::Ours { expires_in });
         }
         Err(if faults.is_empty() {
-            Fault::Unavailable(format!("renewed on {renewed} of {n} nodes, {quorum} needed"))
+            Fault::Unavailable(format!("{done} on {held} of {n} nodes, {quorum} needed"))
         } else {
             fault::worst(faults)
         })

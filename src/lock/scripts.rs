@@ -150,6 +150,9 @@ pub static RELEASE_ONE: Script = lua!("release_one.lua");
 /// Extends the lease on every key still ours.
 pub static RENEW: Script = lua!("queue.lua", "holders.lua", "renew.lua");
 
+/// Whether every key still holds this run's value; writes nothing.
+pub static HELD: Script = lua!("queue.lua", "held.lua");
+
 /// Deletes every key still ours, hands the lock over or wakes waiters.
 pub static RELEASE: Script = lua!("fence.lua", "queue.lua", "holders.lua", "release.lua");
 
@@ -169,11 +172,12 @@ pub static RAISE_FENCE: Script = lua!("fence.lua", "raise_fence.lua");
 mod tests {
     use super::*;
 
-    const ALL: [(&str, &Script); 10] = [
+    const ALL: [(&str, &Script); 11] = [
         ("acquire", &ACQUIRE),
         ("acquire_one", &ACQUIRE_ONE),
         ("renew", &RENEW),
         ("renew_one", &RENEW_ONE),
+        ("held", &HELD),
         ("release", &RELEASE),
         ("release_one", &RELEASE_ONE),
         ("leave", &LEAVE),

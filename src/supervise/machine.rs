@@ -17,7 +17,7 @@ use crate::child::Group;
 use crate::config::{KILL_AHEAD, OnLost};
 use crate::exit::status;
 use crate::lock::Lease;
-use crate::renew::LeaseEvent;
+use crate::renew::{LeaseEvent, Revealed};
 use crate::signals::is_stop_request;
 
 /// How long processes get to die after SIGKILL before the wrapper stops waiting for them (they
@@ -340,7 +340,7 @@ impl Machine {
     fn fire(&mut self, due: Due, now: Instant, out: &mut Vec<Action>) {
         match due {
             Due::Deadline => {
-                self.lose(now, "the lease deadline passed without a confirmed renewal");
+                self.lose(now, "the lease deadline passed without a confirmed renewal", None);
                 self.finish_if_hopeless();
             }
             Due::LeaseTerm => {
@@ -432,8 +432,12 @@ impl Machine {
                 let left_ms = left.as_millis() as u64;
                 tracing::warn!(left_ms, error = %error, "renewal failing, retrying");
             }
-            LeaseEvent::Lost => {
-                self.lose(now, "the key no longer holds this run's value (deleted, replaced or expired)");
+            LeaseEvent::Lost(by) => {
+                self.lose(
+                    now,
+                    "the key no longer holds this run's value (deleted, replaced or expired)",
+                    Some(by),
+                );
                 self.finish_if_hopeless();
             }
             // The deadline is the machine's own timer.
@@ -478,16 +482,19 @@ impl Machine {
         }
     }
 
-    fn lose(&mut self, now: Instant, why: &str) {
+    /// `by`: what found the key not ours, when something did (not the deadline).
+    fn lose(&mut self, now: Instant, why: &str, by: Option<Revealed>) {
         if self.lost_at.is_some() || self.lease.is_none() {
             return;
         }
         self.lost_at = Some(now);
+        let revealed_by = by.map(Revealed::name);
         match self.rules.on_lost {
             // The run's one error line comes at its end (exit 125); this is the moment it happened.
-            OnLost::Terminate => tracing::warn!(reason = why, "lock lost; stopping the command"),
+            OnLost::Terminate => tracing::warn!(reason = why, revealed_by, "lock lost; stopping the command"),
             OnLost::Ignore => tracing::error!(
                 reason = why,
+                revealed_by,
                 "lock lost; the command keeps running WITHOUT the lock (--on-lost ignore)"
             ),
         }

@@ -2,6 +2,7 @@
 -- KEYS: two for each lock key (lock, holders). ARGV: value, ttl ms. → `{1}` every key
 -- extended; `{0, key}` that key (its index, from 1) no longer holds our value (never
 -- re-creates a missing key or a lapsed holder): the lock is lost, whatever the others say.
+-- Each key is read after its write, which arms a holder's tracking of it again (RENEW_ONE).
 local now = nil
 for i = 1, #KEYS / 2 do
   local lock, h = KEYS[2 * i - 1], KEYS[2 * i]
@@ -16,5 +17,6 @@ for i = 1, #KEYS / 2 do
   else
     return {0, i}
   end
+  redis.call('PTTL', lock)
 end
 return {1}

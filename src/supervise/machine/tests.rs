@@ -29,7 +29,7 @@ use tokio::time::{Instant, advance};
 
 use super::*;
 use crate::lock::drift;
-use crate::renew::LeaseEvent;
+use crate::renew::{LeaseEvent, Revealed};
 
 /// Something that happens in the world, after a pause.
 #[derive(Debug, Clone)]
@@ -38,7 +38,9 @@ enum Ev {
     RenewSend,
     /// The renewal in flight has this fate.
     RenewReply(Fate),
-    Lost,
+    /// The renewer finds the key not ours: at a renewal, or by a notice from Redis between
+    /// renewals (an invalidation, a connection that ended, the watch's first check).
+    Lost(Revealed),
     Signal(Signal),
     /// The command exits by itself (its leftovers stay).
     CommandExits(u8),
@@ -117,7 +119,13 @@ fn event() -> impl Strategy<Value = Ev> {
         3 => Just(Ev::RenewSend),
         3 => prop_oneof![4 => Just(Fate::Confirmed), 1 => Just(Fate::ReplyLost), 1 => Just(Fate::RequestLost)]
             .prop_map(Ev::RenewReply),
-        1 => Just(Ev::Lost),
+        1 => prop_oneof![
+            Just(Revealed::Renewal),
+            Just(Revealed::Watch),
+            Just(Revealed::Invalidation),
+            Just(Revealed::Disconnect)
+        ]
+        .prop_map(Ev::Lost),
         2 => signal().prop_map(Ev::Signal),
         1 => prop_oneof![Just(0u8), Just(3), Just(130)].prop_map(Ev::CommandExits),
         1 => Just(Ev::LeftoverExits),
@@ -437,10 +445,10 @@ impl World {
                     self.input(Input::Lease(LeaseEvent::Expired));
                 }
             }
-            Ev::Lost => {
+            Ev::Lost(by) => {
                 if self.renewer.take().is_some() {
                     self.lost_at.get_or_insert(now);
-                    self.input(Input::Lease(LeaseEvent::Lost));
+                    self.input(Input::Lease(LeaseEvent::Lost(by)));
                     if self.case.terminate && !self.case.unkillable && self.machine.finished().is_none() {
                         assert!(
                             self.machine.term_sent || self.machine.killed_at.is_some(),

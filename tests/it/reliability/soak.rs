@@ -117,8 +117,8 @@ fn soak_without_data_loss_faults_never_overlaps() {
 
 /// (2) Faults that lose the lock's state — Redis restarted empty, the key deleted, force-
 /// released or expired by hand, the holder's wrapper paused past its TTL: holders may
-/// overlap, but each overlap is bounded (the old holder is stopped at its next renewal, or as
-/// soon as its wrapper runs again), the newer holder always has the higher fence, and the
+/// overlap, but each overlap is bounded (the old holder hears of the loss at once, or as soon
+/// as Redis or its wrapper runs again), the newer holder always has the higher fence, and the
 /// fence check rejects every write of the older one; and (3) as above.
 #[test]
 fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
@@ -133,8 +133,8 @@ fn soak_with_data_loss_faults_bounds_overlaps_and_rejects_stale_writers() {
     let ctx = outcome.context();
     outcome.check_overlaps_after_data_loss(true);
     assert!(
-        !outcome.report.overlaps.is_empty(),
-        "no data-loss fault produced an overlap, so nothing was measured; {ctx}"
+        outcome.runs.iter().any(|r| r.status == Ok(125)),
+        "no data-loss fault stopped a holder, so nothing was tried; {ctx}"
     );
 }
 
