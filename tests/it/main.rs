@@ -27,3 +27,4 @@ mod sentinel;
 mod several_keys;
 mod signals;
 mod topologies;
+mod watch;

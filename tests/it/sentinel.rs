@@ -664,3 +664,38 @@ fn a_mistaken_sentinel_beside_a_good_one_is_warned_about() {
         assert!(r.stderr.contains("is not a Sentinel"), "{order:?}: warned: {}", r.stderr);
     }
 }
+
+/// On `+switch-master` the renewal in flight on the old master (frozen here, so it would wait
+/// out the command timeout, 24 s) is dropped, and the lock is confirmed on the new master at
+/// once; a new master that never got the key (asynchronous replication lost it) is a loss
+/// noticed then, not at the next renewal nor at the deadline.
+#[test]
+fn a_new_master_without_the_key_is_a_loss_noticed_at_the_switch() {
+    let watch = Watch {
+        quorum: 2,
+        down_after: Duration::from_millis(1000),
+        failover_timeout: Duration::from_secs(3),
+    };
+    let set = SentinelSet::start(3, watch);
+    let holder = wrapper()
+        .args(set.args())
+        .args(["-vv", "-k", "lock:switch", "--renew-every", "300ms", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || set.replica.exists(b"lock:switch")), "replicated");
+    set.replica.cmd::<()>(&[b"CONFIG", b"SET", b"replica-read-only", b"no"]);
+    set.replica.cmd::<()>(&[b"DEL", b"lock:switch"]);
+    set.master.freeze();
+    let switched = wait_until(Duration::from_secs(15), || set.switched());
+    let at = Instant::now();
+    let out = wait_output(holder, LIMIT_SHORT);
+    let took = at.elapsed();
+    set.master.thaw();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(switched, "the Sentinels did not fail over: {stderr}");
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(took < Duration::from_secs(1), "lost {took:?} after the switch: {stderr}");
+    assert!(stderr.contains("revealed_by=renewal"), "{stderr}");
+}

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::sentinel::Sentinel;
 use crate::support::tls::make_certs;
@@ -373,7 +373,7 @@ struct Cluster {
 }
 
 /// The tests that each take a [`Cluster`] of their own.
-const CLUSTER_TESTS: usize = 8;
+const CLUSTER_TESTS: usize = 9;
 
 /// Clusters made ahead, all at once, by the first test that wants one: a node accepts writes
 /// only 2 s after it started (Redis waits that long before a master's cluster state can turn
@@ -648,6 +648,40 @@ fn cluster_renewal_survives_a_slot_migration() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!to.exists(key), "released on the new node");
+}
+
+/// A Cluster holder tracks its key on the master of its slot: a slot moving there is checked and
+/// no loss, and once it has moved the key deleted on the new master is heard at once (not at the
+/// next renewal, 10 s away).
+#[test]
+fn cluster_holder_hears_a_loss_at_once_and_follows_its_slot() {
+    let cluster = Cluster::start();
+    let key = b"lock:watched";
+    let from = cluster.node_for(key);
+    let wrapper = wrapper()
+        .args(["--cluster", "--redis-url", &cluster.seed(), "-vv", "-k", "lock:watched", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(5), || from.exists(key)));
+    std::thread::sleep(Duration::from_millis(300));
+    let moving = Migration::of(&cluster, key);
+    moving.complete(&cluster);
+    let to = moving.to;
+    assert!(to.exists(key), "the lock moved with its slot");
+    std::thread::sleep(Duration::from_millis(300));
+    let deleted = Instant::now();
+    to.cmd::<()>(&[b"DEL", key]);
+    let out = wait_output(wrapper, LIMIT);
+    let took = deleted.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("checked: the lock is still this run's notice=invalidation"),
+        "the move was checked, and no loss: {stderr}"
+    );
+    assert!(stderr.contains("revealed_by=invalidation"), "{stderr}");
+    assert!(took < Duration::from_millis(500), "heard at once on the new master: {took:?}");
 }
 
 /// Half-way through a slot migration the lock key has moved to the importing node and its

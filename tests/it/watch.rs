@@ -1,0 +1,236 @@
+//! A holder hears at once that Redis lost its lock (docs/GUIDE.md § What the lock does not
+//! guarantee): its connection tracks the lock keys, so a key deleted, replaced, expired or
+//! flushed, or a Redis restarted empty, stops the command long before the next renewal (10 s
+//! at the default `--ttl 30s`); its own renewals and other runs coming and going do not.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const LIMIT: Duration = Duration::from_secs(30);
+/// From the trigger to the wrapper's exit: detection, SIGTERM to `sleep`, the release. The
+/// benchmark's bound is 50 ms (p99); this one leaves room for a loaded machine, and is still 20
+/// times shorter than the renewal interval.
+const AT_ONCE: Duration = Duration::from_millis(500);
+
+/// A holder of `key` with the default lease, `-vv`, running `sleep 30`; returned once its
+/// watch has begun (the key is there and the watch's first check said so).
+fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Child {
+    let child = cmd
+        .args(["-vv", "-k", key])
+        .args(flags)
+        .args(["--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The watch starts 25 ms after the lock is taken; this leaves it time on a busy machine.
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+/// Waits for the holder after the trigger at `since`: its exit status, stderr and how long it
+/// took from `since`.
+fn ended(child: Child, since: Instant) -> (Option<i32>, String, Duration) {
+    let out = wait_output(child, LIMIT);
+    let took = since.elapsed();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), took)
+}
+
+fn assert_lost_at_once(what: &str, (code, stderr, took): (Option<i32>, String, Duration), by: &str) {
+    assert_eq!(code, Some(125), "{what}: {stderr}");
+    assert!(took < AT_ONCE, "{what}: stopped {took:?} after it, not at once: {stderr}");
+    assert!(stderr.contains(&format!("revealed_by={by}")), "{what}: revealed by {by}: {stderr}");
+}
+
+/// Expires the key: 1 ms, then 5 ms spent in the script, so the key has expired when the notice
+/// of the PEXPIRE goes out.
+const EXPIRE_NOW: &[u8] = b"redis.call('PEXPIRE', KEYS[1], 1) \
+    local function us() local t = redis.call('TIME') return t[1] * 1000000 + t[2] end \
+    local start = us() while us() - start < 5000 do end";
+
+#[test]
+fn a_key_deleted_replaced_expired_or_flushed_stops_the_command_at_once() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let triggers: [(&str, &dyn Fn()); 6] = [
+        ("DEL", &|| redis.cmd::<()>(&[b"DEL", b"lock:w"])),
+        ("an overwrite", &|| redis.cmd::<()>(&[b"SET", b"lock:w", b"someone else"])),
+        ("an expiry", &|| redis.cmd::<()>(&[b"EVAL", EXPIRE_NOW, b"1", b"lock:w"])),
+        ("FLUSHALL", &|| redis.cmd::<()>(&[b"FLUSHALL"])),
+        ("FLUSHDB", &|| redis.cmd::<()>(&[b"FLUSHDB"])),
+        ("release --force", &|| {
+            let r = run(wrapper().args(["release", "--force", "--redis-url", &url, "-k", "lock:w"]), LIMIT);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+        }),
+    ];
+    for (what, trigger) in triggers {
+        redis.cmd::<()>(&[b"DEL", b"lock:w"]);
+        let child = holder(&mut redlock(&redis), "lock:w", &[]);
+        assert!(redis.exists(b"lock:w"), "{what}: held");
+        let at = Instant::now();
+        trigger();
+        assert_lost_at_once(what, ended(child, at), "invalidation");
+    }
+}
+
+#[test]
+fn a_redis_restarted_empty_is_noticed_as_soon_as_it_answers() {
+    let mut redis = RedisServer::start();
+    let child = holder(&mut redlock(&redis), "lock:w", &[]);
+    redis.stop();
+    // Down for longer than a few checks: they keep trying, at most 250 ms apart.
+    std::thread::sleep(Duration::from_millis(700));
+    redis.restart_empty();
+    let answers = Instant::now();
+    assert_lost_at_once("a restart", ended(child, answers), "disconnect");
+    assert!(!redis.exists(b"lock:w"), "nothing re-created the key");
+}
+
+/// Renewals of its own (each ends the tracking of the key, and its script reads the key again),
+/// another client touching the key without taking it, other keys of the lock changing (a waiter
+/// queues and gives up) and a database flush elsewhere are checked and found harmless; a loss
+/// after all that is still heard at once.
+#[test]
+fn own_renewals_and_harmless_changes_are_no_loss() {
+    let redis = RedisServer::start();
+    let child = holder(&mut redlock(&redis), "lock:calm", &["--renew-every", "50ms"]);
+    redis.cmd::<()>(&[b"PEXPIRE", b"lock:calm", b"60000"]);
+    let other_db = redis::Client::open(format!("{}/1", redis.url())).unwrap();
+    redis::cmd("FLUSHDB").exec(&mut other_db.get_connection().unwrap()).unwrap();
+    let waiter = run(redlock(&redis).args(["-k", "lock:calm", "--wait", "300ms", "--", "true"]), LIMIT);
+    assert_eq!(waiter.code, 75, "the waiter found it busy: {}", waiter.stderr);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(redis.exists(b"lock:calm"), "still held after renewals and the waiter");
+    let at = Instant::now();
+    redis.cmd::<()>(&[b"DEL", b"lock:calm"]);
+    let (code, stderr, took) = ended(child, at);
+    assert!(
+        stderr.contains("checked: the lock is still this run's notice=invalidation"),
+        "the other client's PEXPIRE was heard and checked: {stderr}"
+    );
+    assert!(stderr.matches(" renewed ").count() >= 5, "renewed all along: {stderr}");
+    assert_lost_at_once("DEL after renewals", (code, stderr, took), "invalidation");
+}
+
+/// `--shared` and `--limit`: other holders coming and going change the set, which is checked and
+/// is no loss; this holder's own entry removed is.
+#[test]
+fn the_holders_set_losing_this_holder_is_a_loss_and_others_changing_it_is_not() {
+    for kind in [&["--shared"][..], &["--limit", "3"]] {
+        let redis = RedisServer::start();
+        let key = "lock:kinds";
+        let mut us = holder(&mut redlock(&redis), key, kind);
+        let them = holder(&mut redlock(&redis), key, kind);
+        let passer = run(redlock(&redis).args(["-k", key]).args(kind).args(["--", "true"]), LIMIT);
+        assert_eq!(passer.code, 0, "{kind:?}: {}", passer.stderr);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(us.try_wait().unwrap().is_none(), "{kind:?}: others coming and going are no loss");
+        let members: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1"]);
+        let ours = members
+            .iter()
+            .find(|m| m.split(' ').nth(2) == Some(&us.id().to_string()))
+            .unwrap_or_else(|| panic!("{kind:?}: our entry among {members:?}"));
+        let at = Instant::now();
+        redis.cmd::<()>(&[b"ZREM", key.as_bytes(), ours.as_bytes()]);
+        assert_lost_at_once(&format!("{kind:?}: our entry removed"), ended(us, at), "invalidation");
+        let mut them = them;
+        assert!(them.try_wait().unwrap().is_none(), "{kind:?}: the other holder keeps its lock");
+        let _ = them.kill();
+        let _ = them.wait();
+    }
+}
+
+#[test]
+fn any_of_several_keys_lost_is_a_loss() {
+    let redis = RedisServer::start();
+    let child = holder(&mut redlock(&redis), "lock:a", &["-k", "lock:b"]);
+    let at = Instant::now();
+    redis.cmd::<()>(&[b"DEL", b"lock:b"]);
+    assert_lost_at_once("the second key deleted", ended(child, at), "invalidation");
+    assert!(!redis.exists(b"lock:a"), "the other key released");
+}
+
+/// Redlock: a key gone on a minority of the nodes is a warning, on a majority a loss.
+#[test]
+fn redlock_a_minority_gone_is_a_warning_and_a_majority_a_loss() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut cmd = wrapper();
+    for node in &nodes {
+        cmd.args(["--redis-url", &node.url()]);
+    }
+    let mut child = holder(&mut cmd, "lock:q", &[]);
+    nodes[0].cmd::<()>(&[b"DEL", b"lock:q"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "one node of three is no loss");
+    let at = Instant::now();
+    nodes[1].cmd::<()>(&[b"DEL", b"lock:q"]);
+    let (code, stderr, took) = ended(child, at);
+    assert!(stderr.contains("the lock is gone on 1 of 3 nodes, still held on a majority"), "{stderr}");
+    assert_lost_at_once("two nodes of three", (code, stderr, took), "invalidation");
+}
+
+/// Where tracking is refused (here an ACL without `client|tracking`), the run goes on as
+/// before: a loss is found at the next renewal, and the debug line says why.
+#[test]
+fn without_tracking_a_loss_is_found_at_the_next_renewal() {
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[
+        b"ACL",
+        b"SETUSER",
+        b"untracked",
+        b"on",
+        b">pw",
+        b"~*",
+        b"&*",
+        b"+@all",
+        b"-client|tracking",
+    ]);
+    let url = format!("redis://untracked:pw@127.0.0.1:{}", redis.port);
+    let child = holder(&mut redlock_at(&url), "lock:u", &["--renew-every", "1s"]);
+    assert!(redis.exists(b"lock:u"));
+    let at = Instant::now();
+    redis.cmd::<()>(&[b"DEL", b"lock:u"]);
+    let (code, stderr, took) = ended(child, at);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(stderr.contains("Redis refused client tracking"), "said once why: {stderr}");
+    assert_eq!(stderr.matches("refused client tracking").count(), 1, "{stderr}");
+    assert!(stderr.contains("revealed_by=renewal"), "{stderr}");
+    assert!(took < Duration::from_millis(1000 + 500), "at the next renewal: {took:?}");
+}
+
+/// A run that ends before the watch begins asks Redis for nothing more than it did (its two
+/// script calls); one that runs longer turns tracking on once, on one connection made anew.
+#[test]
+fn a_short_run_asks_nothing_more_and_a_longer_one_one_tracking_link() {
+    let redis = RedisServer::start();
+    let warm = run(redlock(&redis).args(["-k", "lock:cost", "--", "true"]), LIMIT);
+    assert_eq!(warm.code, 0, "{}", warm.stderr);
+    let before = redis.client_requests();
+    for _ in 0..5 {
+        assert_eq!(run(redlock(&redis).args(["-k", "lock:cost", "--", "true"]), LIMIT).code, 0);
+    }
+    assert_eq!(redis.client_requests() - before, 5 * 2, "an acquire and a release a run");
+    assert_eq!((redis.calls("hello"), redis.calls("client|tracking")), (0, 0), "no tracking for `true`");
+    let r = run(redlock(&redis).args(["-k", "lock:cost", "--", "sleep", "0.3"]), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!((redis.calls("hello"), redis.calls("client|tracking")), (1, 1), "one tracking link");
+}
+
+/// Someone cutting the key's expiry short of the holder's lease (a `PEXPIRE`) is heard, and the
+/// holder renews at once: the key lives on with its value, and the command runs on.
+#[test]
+fn an_expiry_cut_short_is_renewed_at_once() {
+    let redis = RedisServer::start();
+    let mut child = holder(&mut redlock(&redis), "lock:cut", &[]);
+    redis.cmd::<()>(&[b"PEXPIRE", b"lock:cut", b"200"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:cut"]);
+    assert!(pttl > 20_000, "renewed to the full TTL: {pttl} ms");
+    assert!(child.try_wait().unwrap().is_none(), "still running");
+    let _ = child.kill();
+    let out = wait_output(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the key expires before this run's lease ends; renewing now"), "{stderr}");
+}
