@@ -106,7 +106,9 @@ impl Renewer {
     /// that no renewal can run after the release that follows.
     pub async fn stop(self) -> Lock {
         let _ = self.stop.send(());
-        self.task.await.expect("the renewal loop does not panic")
+        let mut lock = self.task.await.expect("the renewal loop does not panic");
+        lock.unwatch();
+        lock
     }
 }
 

@@ -224,6 +224,17 @@ impl Conn {
         }
     }
 
+    /// Links made from now on are plain again (the link in use stays): a release needs no
+    /// notices, and a plain link sends its request at once, where a tracking one waits for the
+    /// answer to `HELLO` first — so a release to a frozen Redis still waits in its socket, to
+    /// run after anything sent before it.
+    pub fn untrack(&mut self) {
+        if matches!(self.tracking, Tracking::On(_)) {
+            self.tracking = Tracking::Off;
+            self.pushes = None;
+        }
+    }
+
     /// The next message a tracking link pushed: an invalidation, or the end of the link.
     /// Never resolves without tracking.
     pub async fn pushed(&mut self) -> PushInfo {

@@ -24,6 +24,13 @@ impl Lock {
         }
     }
 
+    /// The watch is over (the command ended): new links are plain again.
+    pub fn unwatch(&mut self) {
+        for node in &mut self.nodes {
+            node.untrack();
+        }
+    }
+
     /// The next notice about this lock from any node: invalidations of other keys the scripts
     /// read (the fence counter, the queue) are skipped. Never resolves without tracking.
     pub async fn notice(&mut self) -> Notice {
