@@ -241,7 +241,14 @@ impl Conn {
         match &mut self.pushes {
             // The sender lives in `self.tracking` as long as the receiver does.
             Some(pushes) => match pushes.recv().await {
-                Some(push) => push,
+                Some(push) => {
+                    // The next request makes a new link at once rather than fail on this one
+                    // (a Cluster's client reconnects the node itself).
+                    if push.kind == redis::PushKind::Disconnection && !self.is_cluster() {
+                        self.link = None;
+                    }
+                    push
+                }
                 None => std::future::pending().await,
             },
             None => std::future::pending().await,
