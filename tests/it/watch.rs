@@ -234,3 +234,20 @@ fn an_expiry_cut_short_is_renewed_at_once() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the key expires before this run's lease ends; renewing now"), "{stderr}");
 }
+
+/// A killed connection is checked on a new one at once, which finds the lock still this run's
+/// and tracks again: a loss after it is heard at once too.
+#[test]
+fn a_killed_connection_is_no_loss_and_the_watch_goes_on() {
+    let redis = RedisServer::start();
+    let mut child = holder(&mut redlock(&redis), "lock:kill", &[]);
+    let killed: i64 = redis.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
+    assert!(killed >= 1, "the holder's connection was killed");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.try_wait().unwrap().is_none(), "no loss");
+    let at = Instant::now();
+    redis.cmd::<()>(&[b"DEL", b"lock:kill"]);
+    let (code, stderr, took) = ended(child, at);
+    assert!(stderr.contains("checked: the lock is still this run's notice=disconnect"), "{stderr}");
+    assert_lost_at_once("DEL after the kill", (code, stderr, took), "invalidation");
+}
