@@ -23,6 +23,16 @@ pub const WATCH_AFTER: Duration = Duration::from_millis(25);
 /// so that a fleet's holders do not all arrive at once.
 pub const RECHECK_WITHIN: Duration = Duration::from_millis(250);
 
+/// After a check that found the lock held, the next notice is checked this much later, not at
+/// once: other holders of a `--shared` or `--limit` key renewing, or a client writing the key in a
+/// loop, would otherwise cost Redis a check for every change.
+pub const CHECK_GAP: Duration = Duration::from_millis(100);
+
+/// The longest one check may take before it is given up and made again on new links: a link
+/// that hangs (here, one Redis closed while it was being made) must not keep the holder deaf
+/// for the connect or command timeout.
+pub const CHECK_WITHIN: Duration = Duration::from_secs(1);
+
 #[derive(Debug)]
 pub enum LeaseEvent {
     /// A renewal succeeded before the deadline; this is the new lease.
@@ -123,8 +133,11 @@ async fn renew_loop(
 ) -> Lock {
     let mut failures: u32 = 0;
     let mut watch = Some(watch);
-    // A notice whose check Redis did not answer, and when to check again.
+    // A notice not checked yet (Redis did not answer, or it came within CHECK_GAP of the last
+    // check), and when to check it.
     let mut unanswered: Option<(Revealed, Instant)> = None;
+    // Until when a notice waits (CHECK_GAP after the last check that found the lock held).
+    let mut quiet_until = Instant::now();
     // The notice whose check called for the renewal that is next, if one did.
     let mut prompted: Option<Revealed> = None;
     let last = loop {
@@ -144,20 +157,34 @@ async fn renew_loop(
                 Step::Check(Revealed::Watch)
             }
             () = at(unanswered.map(|(_, when)| when)) => Step::Check(unanswered.take().expect("armed").0),
-            notice = lock.notice() => Step::Check(notice.into()),
+            notice = lock.notice() => {
+                let now = Instant::now();
+                if now >= quiet_until {
+                    Step::Check(notice.into())
+                } else {
+                    unanswered.get_or_insert((notice.into(), quiet_until));
+                    continue;
+                }
+            }
         };
         if let Step::Check(by) = step {
+            // This check answers for every notice heard so far.
+            lock.drain_notices();
             // A switch of the master meanwhile leaves the old one's answer unwanted.
             let switching = lock.master_switching();
             let result = tokio::select! {
                 biased;
                 _ = &mut stop => return lock,
-                r = lock.check() => Some(r),
+                r = tokio::time::timeout(CHECK_WITHIN, lock.check()) => Some(r.unwrap_or_else(|_| {
+                    lock.reconnect();
+                    Err(Fault::Unavailable(format!("no answer within {CHECK_WITHIN:?}")))
+                })),
                 () = switching => None,
             };
             match result {
                 Some(Ok(Holding::Ours { expires_in })) => {
                     unanswered = None;
+                    quiet_until = Instant::now() + CHECK_GAP;
                     tracing::debug!(notice = by.name(), "checked: the lock is still this run's");
                     // Someone cut the key's expiry short of this run's lease (a PEXPIRE): the
                     // lease is kept by renewing now, or the renewal finds the key gone.

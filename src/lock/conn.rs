@@ -224,6 +224,11 @@ impl Conn {
         }
     }
 
+    /// The next request makes a new link.
+    pub fn reconnect(&mut self) {
+        self.link = None;
+    }
+
     /// Links made from now on are plain again (the link in use stays): a release needs no
     /// notices, and a plain link sends its request at once, where a tracking one waits for the
     /// answer to `HELLO` first — so a release to a frozen Redis still waits in its socket, to
@@ -241,18 +246,27 @@ impl Conn {
         match &mut self.pushes {
             // The sender lives in `self.tracking` as long as the receiver does.
             Some(pushes) => match pushes.recv().await {
-                Some(push) => {
-                    // The next request makes a new link at once rather than fail on this one
-                    // (a Cluster's client reconnects the node itself).
-                    if push.kind == redis::PushKind::Disconnection && !self.is_cluster() {
-                        self.link = None;
-                    }
-                    push
-                }
+                Some(push) => self.heard(push),
                 None => std::future::pending().await,
             },
             None => std::future::pending().await,
         }
+    }
+
+    /// Takes every message pushed so far, without waiting.
+    pub fn drain_pushes(&mut self) {
+        while let Some(push) = self.pushes.as_mut().and_then(|p| p.try_recv().ok()) {
+            self.heard(push);
+        }
+    }
+
+    fn heard(&mut self, push: PushInfo) -> PushInfo {
+        // The next request makes a new link at once rather than fail on this one (a Cluster's
+        // client reconnects the node itself).
+        if push.kind == redis::PushKind::Disconnection && !self.is_cluster() {
+            self.link = None;
+        }
+        push
     }
 
     /// Before a request that reads the lock: in a Cluster, whose client reaches each master on a

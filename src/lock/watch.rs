@@ -24,6 +24,13 @@ impl Lock {
         }
     }
 
+    /// Every node's next request makes a new link.
+    pub fn reconnect(&mut self) {
+        for node in &mut self.nodes {
+            node.reconnect();
+        }
+    }
+
     /// The watch is over (the command ended): new links are plain again.
     pub fn unwatch(&mut self) {
         for node in &mut self.nodes {
@@ -55,6 +62,14 @@ impl Lock {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Forgets the notices heard so far (a check that follows answers for them), each link's
+    /// end taken into account.
+    pub fn drain_notices(&mut self) {
+        for node in &mut self.nodes {
+            node.drain_pushes();
         }
     }
 

@@ -251,3 +251,33 @@ fn a_killed_connection_is_no_loss_and_the_watch_goes_on() {
     assert!(stderr.contains("checked: the lock is still this run's notice=disconnect"), "{stderr}");
     assert_lost_at_once("DEL after the kill", (code, stderr, took), "invalidation");
 }
+
+/// Holders of one `--limit` key renewing often each hear every other's renewal, but check at
+/// most once per 100 ms: five holders renewing every 50 ms make about 100 renewals a second,
+/// which would be about 400 checks a second more if each notice were checked.
+#[test]
+fn other_holders_renewing_cost_at_most_ten_checks_a_second_each() {
+    let redis = RedisServer::start();
+    let mut holders: Vec<Child> = (0..5)
+        .map(|_| {
+            redlock(&redis)
+                .args(["-k", "lock:busy", "--limit", "6", "--renew-every", "50ms", "--", "sleep", "30"])
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    let before = redis.calls("evalsha");
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let calls = redis.calls("evalsha") - before;
+    let per_second = calls as f64 / started.elapsed().as_secs_f64();
+    for h in &mut holders {
+        assert!(h.try_wait().unwrap().is_none(), "no holder lost its permit");
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    // 100 renewals and at most 50 checks a second, with room for a loaded machine's bursts.
+    assert!(per_second < 250.0, "{per_second:.0} script calls a second");
+}
