@@ -24,12 +24,12 @@ Prints a Markdown table: p50, p99 and the longest, per trigger.
 import argparse
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from redis_cost import Resp, free_port  # beside this file
 
 COMMAND = r"""
 import os, signal, sys, time
@@ -43,30 +43,6 @@ time.sleep(60)
 """
 EXPIRE_NOW = "redis.call('PEXPIRE', KEYS[1], 1) for _ = 1, 1000000 do end"
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Resp:
-    """A minimal RESP2 client, enough for the triggers."""
-
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-
-    def call(self, *args):
-        out = b"*%d\r\n" % len(args)
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out += b"$%d\r\n%s\r\n" % (len(a), a)
-        self.sock.sendall(out)
-        return self.sock.recv(65536)
-
-    def close(self):
-        self.sock.close()
 
 
 class Server:
@@ -92,7 +68,7 @@ class Server:
         while time.monotonic() < deadline:
             try:
                 c = Resp(self.port)
-                if c.call("PING").startswith(b"+PONG"):
+                if c.call("PING") == "PONG":
                     c.close()
                     return time.monotonic_ns()
             except OSError:
