@@ -74,15 +74,16 @@ pub enum Error {
     Permission(String),
     #[error("{0}")]
     Config(String),
-    /// The lock is held by someone else; carries who holds it (`None`: a value redlock-run did
-    /// not write), or with `queued`, the run queued first that this one must let go first; its
-    /// time left (`None`: it never expires) and the status to exit with (`--busy-exit-code`).
-    /// `key`: the busy one (of several, the first that was). All for the JSON error line.
+    /// The lock is held by someone else; carries the value stored by who holds it, or with
+    /// `queued`, by the run queued first that this one must let go first (a value redlock-run
+    /// did not write is reported as foreign); its time left (`None`: it never expires) and the
+    /// status to exit with (`--busy-exit-code`). `key`: the busy one (of several, the first
+    /// that was). All for the JSON error line.
     #[error("{message}")]
     Busy {
         message: String,
         key: String,
-        holder: Option<Box<crate::lock::Holder>>,
+        holder: Vec<u8>,
         queued: bool,
         expires_in: Option<Duration>,
         code: u8,
@@ -100,6 +101,15 @@ impl Error {
     /// A signal arrived before the command was started.
     pub fn interrupted(sig: nix::sys::signal::Signal) -> Self {
         Error::Interrupted { name: sig.as_str(), signal: sig as i32 }
+    }
+
+    /// The command `program` could not be started. Its name is shown with its bytes escaped,
+    /// so that a newline or a control character in it cannot start what looks like another
+    /// line of the wrapper's.
+    pub fn spawn(program: &std::ffi::OsStr, reason: impl std::fmt::Display, code: u8) -> Self {
+        use std::os::unix::ffi::OsStrExt;
+        let command = program.as_bytes().escape_ascii().to_string();
+        Error::Spawn { command, reason: reason.to_string(), code }
     }
 
     pub fn code(&self) -> u8 {

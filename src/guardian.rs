@@ -102,12 +102,11 @@ impl Guard {
     /// Forks a guardian in place of the current one (see [`Guard::ready`]).
     pub fn fork(&mut self, argv: &[OsString]) -> Result<(), Error> {
         self.guardian = None;
-        let guardian =
-            sys::Guardian::fork(self.ticket.as_ref().map(|t| t.as_fd())).map_err(|e| Error::Spawn {
-                command: argv.first().map(|p| crate::child::shown(p)).unwrap_or_default(),
-                reason: format!("cannot start the guardian of its process group: {e}"),
-                code: status::NOT_EXECUTABLE,
-            })?;
+        let guardian = sys::Guardian::fork(self.ticket.as_ref().map(|t| t.as_fd())).map_err(|e| {
+            let program = argv.first().map_or(std::ffi::OsStr::new(""), |p| p.as_os_str());
+            let reason = format!("cannot start the guardian of its process group: {e}");
+            Error::spawn(program, reason, status::NOT_EXECUTABLE)
+        })?;
         self.adopt(guardian);
         Ok(())
     }

@@ -182,6 +182,7 @@ fn report(e: exit::Error, format: config::LogFormat) -> u8 {
         exit::Error::Busy { key, holder, queued, expires_in, .. } => {
             // The holder's members as `status --json` shows them (`holder_json`), in JSON only:
             // the text line's message says who it is.
+            let holder = lock::Holder::parse(holder);
             let h = holder.as_ref().and_then(|h| format.json_only(h));
             let since = h.map(|h| lock::rfc3339_ms(h.since_ms));
             tracing::error!(

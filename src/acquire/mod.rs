@@ -258,7 +258,7 @@ fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
             return Error::Busy {
                 message,
                 key: busy_key,
-                holder: Holder::parse(first).map(Box::new),
+                holder: first.clone(),
                 queued: true,
                 expires_in: None,
                 code: config.busy_exit_code,
@@ -289,7 +289,7 @@ fn busy(config: &Config, found: &Acquired, nested: Option<&str>) -> Error {
     Error::Busy {
         message: format!("lock {name} is {state}: {held}; {left}"),
         key: busy_key,
-        holder: Holder::parse(holder).map(Box::new),
+        holder: holder.clone(),
         queued: false,
         expires_in: pttl,
         code: config.busy_exit_code,

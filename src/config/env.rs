@@ -2,6 +2,24 @@
 //! an outer run's lock, and reading a variable's value.
 
 use super::*;
+
+/// The variables the command receives (and a script's holder, [`HOLDER`](vars::HOLDER)). None
+/// of them configures a wrapper ([`WRAPPER_VARIABLES`]), so a nested `redlock-run` never takes
+/// the outer lock's key.
+pub mod vars {
+    pub const KEY: &str = "REDLOCK_LOCK_KEY";
+    pub const TOKEN: &str = "REDLOCK_TOKEN";
+    pub const FENCE: &str = "REDLOCK_FENCE";
+    pub const TTL_MS: &str = "REDLOCK_TTL_MS";
+    /// Every key, and every key's fence, in the order given, separated by spaces.
+    pub const KEYS: &str = "REDLOCK_KEYS";
+    pub const FENCES: &str = "REDLOCK_FENCES";
+    /// A script's holder (`redlock-run lock`): where `unlock` finds it.
+    pub const HOLDER: &str = "REDLOCK_HOLDER";
+    #[cfg(test)]
+    pub const ALL: [&str; 7] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES, HOLDER];
+}
+
 /// Every environment variable that configures a wrapper: what the command must not inherit, so
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
 /// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
@@ -53,7 +71,6 @@ pub struct Outer {
 
 impl Outer {
     pub(super) fn from_env() -> Option<Outer> {
-        use crate::child::vars;
         use std::os::unix::ffi::OsStringExt;
         let value = std::env::var(vars::TOKEN).ok()?;
         let key = std::env::var_os(vars::KEY)?.into_vec();

@@ -11,13 +11,12 @@ pub use crate::lock::KILL_AHEAD;
 pub use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
 use crate::lock::{Kind, drift};
 
-mod env;
+pub mod env;
 mod keys;
 mod lease;
 mod server;
 
 use env::*;
-pub use env::{Outer, WRAPPER_VARIABLES};
 use keys::*;
 pub use lease::MIN_SLACK;
 use lease::*;
@@ -434,7 +433,17 @@ fn usage(msg: impl Into<String>) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::{WRAPPER_VARIABLES, sentinel_url};
+    use super::env::WRAPPER_VARIABLES;
+    use super::sentinel_url;
+
+    #[test]
+    fn the_commands_variables_never_configure_a_wrapper() {
+        let configuring = WRAPPER_VARIABLES;
+        assert!(configuring.contains(&"REDLOCK_KEY"), "{configuring:?}");
+        for name in super::env::vars::ALL {
+            assert!(!configuring.contains(&name), "{name} configures a wrapper");
+        }
+    }
 
     #[test]
     fn the_wrapper_variables_are_the_clis_own() {

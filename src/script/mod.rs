@@ -22,13 +22,12 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::child::{Child, LockEnv, vars};
+use crate::child::adopted::{Script, UnlockRequest};
+use crate::child::{Child, LockEnv};
+use crate::config::env::vars::HOLDER;
+use crate::config::env::{WRAPPER_VARIABLES, vars};
 use crate::exit::{Error, signal_status, status};
 use crate::guardian::Guard;
-pub use parent::Script;
-
-/// The variable that names the holder's socket.
-pub const HOLDER: &str = "REDLOCK_HOLDER";
 
 /// How long `unlock` waits for its answer: the holder's release is bounded by 3 s.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
@@ -69,7 +68,7 @@ pub fn begin(allow_interactive: bool, keys: &[Vec<u8>]) -> Begun {
         Ok(None) => {
             drop(read);
             crate::sys::hide_arguments(b"redlock-run\0lock\0(holder)", |name| {
-                crate::config::WRAPPER_VARIABLES.iter().any(|v| v.as_bytes() == name) || name == b"REDIS_URL"
+                WRAPPER_VARIABLES.iter().any(|v| v.as_bytes() == name) || name == b"REDIS_URL"
             });
             // A `lock` process that is killed takes the waiting holder with it.
             let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM);
@@ -285,19 +284,13 @@ fn quoted(value: &[u8]) -> Vec<u8> {
     out
 }
 
-/// An `unlock` waiting for its answer.
-pub struct Asker(UnixStream);
-
-impl Asker {
-    /// Answers at once (a line on a local socket): the holder may exit right after.
-    pub fn answer(mut self, (code, msg): &Answer) {
-        let _ = self.0.write_all(format!("{code} {msg}\n").as_bytes());
-    }
-}
-
 /// The holder's socket: `who` answers the script's pid, `unlock` asks the supervisor to let go
-/// (it answers through the [`Asker`]). Only the holder's own user (or root) is heard.
-async fn serve(listener: tokio::net::UnixListener, script: Pid, let_go: mpsc::UnboundedSender<Asker>) {
+/// (it answers through the [`UnlockRequest`]). Only the holder's own user (or root) is heard.
+async fn serve(
+    listener: tokio::net::UnixListener,
+    script: Pid,
+    let_go: mpsc::UnboundedSender<UnlockRequest>,
+) {
     let own = nix::unistd::geteuid().as_raw();
     loop {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
@@ -326,7 +319,7 @@ async fn serve(listener: tokio::net::UnixListener, script: Pid, let_go: mpsc::Un
                     if let Ok(stream) = stream.into_std()
                         && stream.set_nonblocking(false).is_ok()
                     {
-                        let _ = let_go.send(Asker(stream));
+                        let _ = let_go.send(UnlockRequest(stream));
                     }
                 }
                 _ => {}

@@ -1,59 +1,10 @@
 //! The script behind `redlock-run lock`: the parent that reads its output, as the shell running
 //! `eval "$(redlock-run lock …)"` does. Found and checked from /proc before anything is taken.
 
-use std::os::fd::OwnedFd;
-use std::time::Duration;
-
 use nix::unistd::Pid;
 
+use crate::child::adopted::{Script, stat};
 use crate::sys;
-
-/// How often a script is looked at where the kernel has no pidfd (before Linux 5.3).
-const POLL_EVERY: Duration = Duration::from_millis(50);
-
-/// The script: the process the lock is held for.
-pub struct Script {
-    pub pid: Pid,
-    /// Readable once the script has exited; `None` where the kernel has no pidfd, and the
-    /// script is looked at every [`POLL_EVERY`] instead.
-    pidfd: Option<OwnedFd>,
-    /// Its start time (/proc/PID/stat), which tells it from a later process with its pid.
-    start_time: u64,
-}
-
-impl Script {
-    /// Whether the script has exited (a zombie its parent has not reaped counts as exited).
-    pub fn has_exited(&self) -> bool {
-        if let Some(fd) = &self.pidfd {
-            use std::os::fd::AsFd;
-            let mut poll = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
-            return nix::poll::poll(&mut poll, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0);
-        }
-        stat(self.pid)
-            .is_none_or(|s| s.start_time != self.start_time || matches!(s.state, b'Z' | b'X' | b'x'))
-    }
-
-    /// Readable once the script has exited, where the kernel has pidfds.
-    pub fn pidfd(&self) -> Option<&OwnedFd> {
-        self.pidfd.as_ref()
-    }
-
-    /// Resolves once the script has exited.
-    pub async fn exited(&mut self) {
-        if let Some(fd) = &self.pidfd {
-            match sys::readable(fd).await {
-                Ok(()) => return,
-                Err(e) => {
-                    tracing::debug!("cannot watch the script's pidfd ({e}); looking every 50 ms");
-                    self.pidfd = None;
-                }
-            }
-        }
-        while !self.has_exited() {
-            tokio::time::sleep(POLL_EVERY).await;
-        }
-    }
-}
 
 /// Finds the script: the parent, which must read this process's stdout (a pipe), lead its
 /// process group (which a lost lock stops), and, unless `allow_interactive`, not be a shell
@@ -91,7 +42,7 @@ pub fn identify(allow_interactive: bool) -> Result<Script, String> {
     if stat(pid).is_none_or(|s| s.start_time != start_time) {
         return Err(gone());
     }
-    Ok(Script { pid, pidfd, start_time })
+    Ok(Script::new(pid, pidfd, start_time))
 }
 
 /// The shell that evaluates this process's output: the parent that reads its stdout pipe, or
@@ -180,23 +131,4 @@ fn interactive(pid: Pid) -> bool {
     let on_terminal = std::fs::read_link(format!("/proc/{pid}/fd/0"))
         .is_ok_and(|t| t.starts_with("/dev/pts") || t.to_string_lossy().starts_with("/dev/tty"));
     !has_operand && on_terminal
-}
-
-struct Stat {
-    state: u8,
-    parent: Pid,
-    start_time: u64,
-}
-
-fn stat(pid: Pid) -> Option<Stat> {
-    let text = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = text.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&text[close + 1..]).ok()?;
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    // State is the 3rd field of the line, the start time the 22nd.
-    Some(Stat {
-        state: fields.first()?.bytes().next()?,
-        parent: Pid::from_raw(fields.get(1)?.parse().ok()?),
-        start_time: fields.get(19)?.parse().ok()?,
-    })
 }

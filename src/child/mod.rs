@@ -12,24 +12,13 @@ use tokio::signal::unix::{Signal as SignalStream, SignalKind, signal};
 
 use tokio::sync::mpsc;
 
+use crate::config::env::{WRAPPER_VARIABLES, vars};
 use crate::exit::{Error, signal_status, status};
 use crate::guardian::Guard;
-use crate::script::{Asker, Script};
 use crate::sys;
 
-/// The variables the command receives. None of them configures a wrapper (see
-/// `config::WRAPPER_VARIABLES`), so a nested `redlock-run` never takes the outer lock's key.
-pub mod vars {
-    pub const KEY: &str = "REDLOCK_LOCK_KEY";
-    pub const TOKEN: &str = "REDLOCK_TOKEN";
-    pub const FENCE: &str = "REDLOCK_FENCE";
-    pub const TTL_MS: &str = "REDLOCK_TTL_MS";
-    /// Every key, and every key's fence, in the order given, separated by spaces.
-    pub const KEYS: &str = "REDLOCK_KEYS";
-    pub const FENCES: &str = "REDLOCK_FENCES";
-    #[cfg(test)]
-    pub const ALL: [&str; 6] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES];
-}
+pub mod adopted;
+use adopted::{Script, UnlockRequest};
 
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
@@ -70,8 +59,8 @@ enum How {
 struct Adopted {
     script: Script,
     /// `unlock` asking the holder to let go, with where its answer goes.
-    let_go: mpsc::UnboundedReceiver<Asker>,
-    asked: Vec<Asker>,
+    let_go: mpsc::UnboundedReceiver<UnlockRequest>,
+    asked: Vec<UnlockRequest>,
     /// Let go of: the script runs on without the lock, and nothing stops it.
     released: bool,
 }
@@ -154,7 +143,7 @@ impl Child {
 
     /// Guards `script`, which took the lock with `redlock-run lock`, as a spawned command is
     /// guarded; `let_go` brings `unlock`'s requests.
-    pub fn adopt(script: Script, mut guard: Guard, let_go: mpsc::UnboundedReceiver<Asker>) -> Child {
+    pub fn adopt(script: Script, mut guard: Guard, let_go: mpsc::UnboundedReceiver<UnlockRequest>) -> Child {
         let pid = script.pid;
         guard.guarding_now(pid);
         let adopted = Adopted { script, let_go, asked: Vec::new(), released: false };
@@ -173,7 +162,7 @@ impl Child {
     }
 
     /// Where the answers to the `unlock` requests received go.
-    pub fn take_asked(&mut self) -> Vec<Asker> {
+    pub fn take_asked(&mut self) -> Vec<UnlockRequest> {
         match &mut self.how {
             How::Adopted(a) => std::mem::take(&mut a.asked),
             How::Spawned(_) => Vec::new(),
@@ -344,11 +333,8 @@ impl Drop for Child {
 fn environment(env: &LockEnv) -> Vec<OsString> {
     // A script's holder is that script's: `unlock` in a command run under another lock has
     // nothing to release.
-    let ours =
-        [vars::KEY, vars::KEYS, vars::TTL_MS, vars::TOKEN, vars::FENCE, vars::FENCES, crate::script::HOLDER];
-    let dropped = |name: &std::ffi::OsStr| {
-        crate::config::WRAPPER_VARIABLES.iter().chain(ours.iter()).any(|v| name == *v)
-    };
+    let ours = [vars::KEY, vars::KEYS, vars::TTL_MS, vars::TOKEN, vars::FENCE, vars::FENCES, vars::HOLDER];
+    let dropped = |name: &std::ffi::OsStr| WRAPPER_VARIABLES.iter().chain(ours.iter()).any(|v| name == *v);
     let entry = |name: &str, value: &std::ffi::OsStr| {
         let mut e = OsString::from(name);
         e.push("=");
@@ -468,14 +454,7 @@ fn spawn_error(program: &OsString, e: &io::Error) -> Error {
         io::ErrorKind::NotFound => status::NOT_FOUND,
         _ => status::NOT_EXECUTABLE,
     };
-    Error::Spawn { command: shown(program), reason: e.to_string(), code }
-}
-
-/// A command's name as diagnostics show it: its bytes escaped, so that a newline or a control
-/// character in it cannot start what looks like another line of the wrapper's.
-pub fn shown(program: &std::ffi::OsStr) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    program.as_bytes().escape_ascii().to_string()
+    Error::spawn(program, e, code)
 }
 
 #[cfg(test)]
@@ -511,15 +490,6 @@ mod tests {
         // A vfork() parent blocks everything; it stops as soon as its child goes on.
         assert!(stop_pending(&status(none, "0000000000090000", all_blocked, none), true));
         assert!(!stop_pending(&status(none, "0000000000004000", none, none), true), "SIGTERM is no stop");
-    }
-
-    #[test]
-    fn the_commands_variables_never_configure_a_wrapper() {
-        let configuring = crate::config::WRAPPER_VARIABLES;
-        assert!(configuring.contains(&"REDLOCK_KEY"), "{configuring:?}");
-        for name in super::vars::ALL {
-            assert!(!configuring.contains(&name), "{name} configures a wrapper");
-        }
     }
 
     /// A guardian that dies after the last look at it, before the command's process tells it
