@@ -5,6 +5,9 @@ use std::time::Duration;
 
 /// Exit statuses the wrapper produces itself. The command's own status passes through as is.
 pub mod status {
+    pub const SUCCESS: u8 = 0;
+    /// `status`: the lock is free; `release`: there was nothing to release.
+    pub const NOT_HELD: u8 = 1;
     pub const USAGE: u8 = 64;
     pub const WRONG_TYPE: u8 = 65;
     pub const UNAVAILABLE: u8 = 69;
@@ -60,6 +63,64 @@ pub const TABLE: [(&str, &str); 12] = [
     ),
     ("128+N", "a signal N arrived before the command was started (nothing was run or held)"),
 ];
+
+/// The subcommands' exit statuses as their man pages show them: (status, meaning), `None` for
+/// any other.
+pub const STATUS_TABLE: &[(Option<u8>, &str)] = &[
+    (Some(status::SUCCESS), "the lock is held"),
+    (Some(status::NOT_HELD), "the lock is free"),
+    (Some(status::USAGE), "usage error"),
+    (Some(status::UNAVAILABLE), "Redis unavailable"),
+    (Some(status::PERMISSION), "Redis refused the credentials or the ACL denies a command"),
+    (Some(status::CONFIG), "configuration error"),
+];
+
+pub const RELEASE_TABLE: &[(Option<u8>, &str)] = &[
+    (Some(status::SUCCESS), "the lock was released"),
+    (Some(status::NOT_HELD), "there was nothing to release"),
+    (Some(status::USAGE), "usage error (also: --force missing)"),
+    (Some(status::WRONG_TYPE), "the key holds another type; it was left alone"),
+    (Some(status::UNAVAILABLE), "Redis unavailable"),
+    (Some(status::PERMISSION), "Redis refused the credentials or the ACL denies a command"),
+    (Some(status::CONFIG), "configuration error"),
+];
+
+pub const LOCK_TABLE: &[(Option<u8>, &str)] = &[
+    (Some(status::SUCCESS), "the lock is held for the script; the assignments are printed"),
+    (
+        Some(status::USAGE),
+        "usage error, or a script that cannot be guarded: not evaluating the output, not leading its \
+         process group, interactive, or holding the key already",
+    ),
+    (Some(status::WRONG_TYPE), "the key holds another type, or is used with another kind of lock"),
+    (Some(status::UNAVAILABLE), "Redis unavailable"),
+    (Some(status::INTERNAL), "internal error"),
+    (Some(status::BUSY), "lock busy (--busy-exit-code)"),
+    (Some(status::PERMISSION), "Redis refused the credentials or the ACL denies a command"),
+    (Some(status::CONFIG), "configuration error"),
+    (None, "on any failure only (exit N) is printed, so that eval fails with status N"),
+];
+
+pub const UNLOCK_TABLE: &[(Option<u8>, &str)] = &[
+    (Some(status::SUCCESS), "the lock was released"),
+    (Some(status::USAGE), "no lock: REDLOCK_HOLDER is not set"),
+    (Some(status::INTERNAL), "the holder cannot be reached"),
+    (Some(status::PERMISSION), "the holder belongs to another user (only its user and root may unlock it)"),
+    (Some(status::LEASE_LOST), "the lock was lost (the script is being stopped), or its holder is gone"),
+];
+
+/// The exit statuses in a paragraph, for `--help`.
+pub fn summary() -> String {
+    use status::*;
+    format!(
+        "Exit status: the command's own status ({SIGNAL_BASE}+N if it died of signal N); {USAGE} usage error;
+{WRONG_TYPE} the key holds another type, or is used with another kind of lock (--limit, --shared);
+{UNAVAILABLE} Redis unavailable; {INTERNAL} internal error; {BUSY} lock busy; {PERMISSION} Redis refused the credentials or
+the ACL denies a command; {CONFIG} configuration error (malformed Redis URL, ulimit -n below 64);
+{MAX_RUNTIME} stopped by --max-runtime; {LEASE_LOST} lease lost, command stopped; {NOT_EXECUTABLE} command could not be
+started (not executable, or the process limit); {NOT_FOUND} command not found."
+    )
+}
 
 /// Everything that ends a run without the command's own status.
 #[derive(Debug, thiserror::Error)]

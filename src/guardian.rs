@@ -524,7 +524,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
         );
         crate::release::release(&mut lock, keep, false, acquired, None).await;
     });
-    ExitCode::from(0)
+    ExitCode::from(status::SUCCESS)
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@ mod child;
 pub mod cli;
 mod config;
 mod exit;
-mod generate;
 mod guardian;
 mod lock;
 mod logging;
@@ -59,16 +58,16 @@ fn main_status(holder: &mut bool) -> u8 {
         Ok(cli) => cli,
         // --help and --version; in a script's `eval "$(redlock-run lock --help)"`, on stderr and
         // failing, so that the script neither runs the text nor goes on without the lock.
-        Err(e) if !e.use_stderr() && cli::means_lock() && script::evaluated() => {
-            eprint!("{}", e.render());
+        Err(stop) if stop.is_help() && cli::means_lock() && script::evaluated() => {
+            eprint!("{}", stop.text());
             return exit::status::USAGE;
         }
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return 0;
+        Err(stop) if stop.is_help() => {
+            stop.print();
+            return exit::status::SUCCESS;
         }
-        Err(e) => {
-            eprint!("{}", usage_error(&e));
+        Err(stop) => {
+            eprint!("{}", stop.usage_error());
             return exit::status::USAGE;
         }
     };
@@ -209,133 +208,17 @@ fn report(e: exit::Error, format: config::LogFormat) -> u8 {
     exit_status
 }
 
-/// `status` or `release` among the wrapper's own arguments, but not first: the user meant the
-/// subcommand and put an option before it, which makes it the command to run instead.
-fn late_subcommand() -> Option<String> {
-    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
-    args.iter().skip(1).find(|a| matches!(a.as_str(), "status" | "release" | "lock" | "unlock")).cloned()
-}
-
 /// `--generate`: the page or script on stdout (this is no run: there is no command's stdout to
 /// keep clean).
 fn print_docs(kind: cli::Generate) -> u8 {
     use std::io::Write;
-    match std::io::stdout().lock().write_all(generate::render(kind).as_bytes()) {
-        Ok(()) => 0,
+    match std::io::stdout().lock().write_all(cli::generate::render(kind).as_bytes()) {
+        Ok(()) => exit::status::SUCCESS,
         // A reader that had enough (`| head`).
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::status::SUCCESS,
         Err(e) => {
             eprintln!("redlock-run: error: cannot write to stdout: {e}");
             exit::status::INTERNAL
         }
-    }
-}
-
-/// clap's error in the tool's own style (`redlock-run: error: …`). Its tip "to pass '-x' as a
-/// value, use '-- -x'" is wrong for a wrapper, where whatever follows `--` is the command: it is
-/// replaced by one that fits.
-fn usage_error(e: &clap::Error) -> String {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    if e.kind() == ErrorKind::InvalidUtf8
-        && let Some(var) = cli::non_utf8_variable()
-    {
-        return format!("redlock-run: error: {var} is not valid UTF-8\n");
-    }
-    let rendered = e.render().to_string();
-    let arg = match e.get(ContextKind::InvalidArg) {
-        Some(ContextValue::String(arg)) => arg.as_str(),
-        _ => "",
-    };
-    let from_variable = match e.kind() {
-        ErrorKind::InvalidValue | ErrorKind::ValueValidation => cli::value_from_variable(arg),
-        _ => None,
-    };
-    let mut tip = if let Some(var) = &from_variable {
-        Some(format!("the value comes from the environment: {var}"))
-    } else if matches!(arg, "-n" | "-E") || arg.starts_with("-E") {
-        Some(
-            "-n and -E are flock(1) flags: redlock-run fails at once when the lock is busy (--wait 0 \
-             is the default) and then exits with --busy-exit-code N (75 by default)"
-                .to_owned(),
-        )
-    } else if arg.strip_prefix('-').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())) {
-        Some("durations and numbers cannot be negative".to_owned())
-    } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {
-        Some("to give an option a value that starts with '-', write --option=VALUE".to_owned())
-    } else if e.kind() == ErrorKind::MissingRequiredArgument {
-        late_subcommand().map(|sub| {
-            format!(
-                "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] \
-                 (to run a command called {sub}, put it after --)"
-            )
-        })
-    } else {
-        None
-    };
-    let mut out = String::new();
-    let mut lines = rendered.lines().peekable();
-    while let Some(line) = lines.next() {
-        if line.trim_start().starts_with("tip: to pass '") {
-            // Its blank line goes with it.
-            lines.next_if(|l| l.trim().is_empty());
-            continue;
-        }
-        if out.is_empty() {
-            out.push_str("redlock-run: ");
-            out.push_str(line);
-            out.push('\n');
-            // After the first line, or after the list it announces ("…not provided:").
-            if !line.ends_with(':')
-                && let Some(tip) = tip.take()
-            {
-                out.push_str(&format!("\n  tip: {tip}\n"));
-            }
-            continue;
-        }
-        if (line.trim().is_empty() || line.starts_with("Usage:"))
-            && let Some(tip) = tip.take()
-        {
-            out.push_str(&format!("\n  tip: {tip}\n"));
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
-}
-
-/// The rules of docs/ARCHITECTURE.md that the compiler does not check (`unsafe` it does:
-/// `deny(unsafe_code)` above).
-#[cfg(test)]
-mod rules {
-    use std::path::Path;
-
-    fn sources(dir: &Path, out: &mut Vec<(String, String)>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                sources(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push((path.display().to_string(), std::fs::read_to_string(&path).unwrap()));
-            }
-        }
-    }
-
-    /// No Redis type outside `lock/`, and `lock/` reads its own settings, not the configuration.
-    #[test]
-    fn redis_stays_in_lock_and_lock_does_not_read_the_config() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut files = Vec::new();
-        sources(&src, &mut files);
-        let lock = src.join("lock").display().to_string();
-        // Spelt so that this file does not match itself.
-        let redis_type = concat!("redis", "::");
-        for (path, text) in &files {
-            if path.starts_with(&lock) {
-                assert!(!text.contains("crate::config"), "{path} reads the configuration");
-            } else {
-                assert!(!text.contains(redis_type), "{path} uses a Redis type outside lock/");
-            }
-        }
-        assert!(files.len() > 20, "found the sources");
     }
 }

@@ -3,13 +3,10 @@
 
 use std::io::Write;
 
-use crate::config::RedisConfig;
-use crate::exit::Error;
+use crate::exit::{self, Error};
 use crate::lock::admin::{self, Forced};
+use crate::lock::settings::RedisConfig;
 use crate::lock::{self, Conn, Fault, Holder, Keys, Kind, Success, rfc3339_ms, show_key};
-
-/// Exit status of `status` when the lock is free (0 when held).
-const FREE: u8 = 1;
 
 /// The version of the JSON that `status --json` and `release --force --json` print; it changes
 /// only when a field changes meaning or goes away.
@@ -48,7 +45,7 @@ pub async fn status(keys: &[Vec<u8>], json: bool, redis: &RedisConfig) -> Result
     if let Some(e) = unknown {
         return Err(e);
     }
-    Ok(if all_held { 0 } else { FREE })
+    Ok(if all_held { exit::status::SUCCESS } else { exit::status::NOT_HELD })
 }
 
 /// One key's status: whether it is held (`None`: unknown, with nodes unreachable), what to
@@ -355,7 +352,7 @@ pub async fn release(
     if let Some(e) = failure {
         return Err(e);
     }
-    Ok(if any { 0 } else { FREE })
+    Ok(if any { exit::status::SUCCESS } else { exit::status::NOT_HELD })
 }
 
 /// Prints what `status` or `release` found for each key: one key as before, several as their

@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use super::clone::clone_until_exec;
 use super::dispositions::{HANDLERS, handlers_now};
 use super::guardian::{GUARD, Guardian};
+use crate::exit::status;
 
 /// Becomes a child subreaper, so orphaned descendants of the command are re-parented to the
 /// wrapper and reaped by it instead of escaping to init. Returns whether it worked.
@@ -151,7 +152,7 @@ extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
         let handoff = &mut *arg.cast::<Handoff>();
         let fail = |handoff: &mut Handoff, errno: libc::c_int| -> libc::c_int {
             handoff.errno = if errno == 0 { libc::ECHILD } else { errno };
-            libc::_exit(127)
+            libc::_exit(status::NOT_FOUND.into())
         };
         // The wrapper's handlers must not run here: back to the defaults (exec would reset them
         // anyway), with SIGPIPE as a command expects it (the wrapper ignores it). Ignored

@@ -29,6 +29,7 @@ use nix::unistd::Pid;
 use super::arch::bare_syscall;
 use super::clone::{CloneStack, clone_blocked};
 use super::limits::open_max;
+use crate::exit::status;
 use process::{Fds, guard};
 
 /// The guardian's stack until its exec (two system calls).
@@ -370,7 +371,7 @@ extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
             exec.argv.as_ptr() as usize,
             envp.as_ptr() as usize,
         );
-        libc::_exit(127)
+        libc::_exit(status::NOT_FOUND.into())
     }
 }
 

@@ -3,6 +3,7 @@
 use nix::libc;
 
 use super::{ACQUIRED, GUARD, KILL_BY, NO_LOCK, RUNS, UNWATCH, Verdict, WATCH};
+use crate::exit::status;
 
 /// How often a watching guardian looks at the command.
 const WATCH_EVERY_MS: i32 = 10;
@@ -85,7 +86,7 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
         let high = |fd: i32| if fd >= 0 { libc::fcntl(fd, libc::F_DUPFD, 10) } else { -1 };
         let (socket, stderr, ticket) = (high(fds.socket), high(fds.stderr), high(fds.ticket));
         if socket < 0 || libc::dup2(socket, 0) < 0 {
-            libc::_exit(1);
+            libc::_exit(status::INTERNAL.into());
         }
         let stderr = stderr >= 0 && libc::dup2(stderr, 2) == 2;
         let mut ticket = ticket >= 0 && libc::dup2(ticket, 3) == 3;
@@ -144,7 +145,7 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 if *libc::__errno_location() == libc::EINTR {
                     continue;
                 }
-                libc::_exit(1);
+                libc::_exit(status::INTERNAL.into());
             }
             let mut message = [0u8; 9];
             match libc::read(0, message.as_mut_ptr().cast(), 1) {
@@ -159,28 +160,28 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 1 if message[0] == GUARD => {
                     // The pid came in the same write: it is there.
                     if libc::read(0, message[1..].as_mut_ptr().cast(), 4) != 4 {
-                        libc::_exit(1);
+                        libc::_exit(status::INTERNAL.into());
                     }
                     let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
                     command = Some((pid, stat_path(pid)));
                 }
                 1 if message[0] == KILL_BY || message[0] == ACQUIRED => {
                     if libc::read(0, message[1..].as_mut_ptr().cast(), 8) != 8 {
-                        libc::_exit(1);
+                        libc::_exit(status::INTERNAL.into());
                     }
                     let mut at = [0u8; 8];
                     at.copy_from_slice(&message[1..]);
                     let at = i64::from_ne_bytes(at);
                     if message[0] == KILL_BY { kill_by = at } else { acquired = at }
                 }
-                1 => libc::_exit(0),
+                1 => libc::_exit(status::SUCCESS.into()),
                 n if n == 0 || *libc::__errno_location() == libc::ECONNRESET => {
                     // EOF without goodbye (a reset, if it left the guardian's news unread):
                     // the wrapper died.
                     wrapper_died(command.map(|(pid, _)| pid), wrapper, acquired, ticket, stderr);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
-                _ => libc::_exit(1),
+                _ => libc::_exit(status::INTERNAL.into()),
             }
         }
     }
@@ -213,7 +214,7 @@ unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket
         if stderr && !confirmed {
             say(b"redlock-run: the wrapper died and its command's processes could not be confirmed dead: its lock was NOT released and expires by itself\n");
         }
-        libc::_exit(0)
+        libc::_exit(status::SUCCESS.into())
     }
 }
 

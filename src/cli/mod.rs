@@ -3,7 +3,12 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+
+pub mod generate;
+mod parse;
+
+pub use parse::{Stop, means_lock, value_from_variable};
 
 /// The epilogue of `-h`: where the rest is.
 const AFTER_SHORT_HELP: &str = "\
@@ -11,20 +16,19 @@ Durations: 5 or 1.5 (seconds), 500ms, 30m, '1h 30m'. '--help' adds the details,
 the environment variables, the exit statuses and examples; so does
 'man redlock-run'.";
 
-/// The epilogue of `--help` (and of the man page, which reads its examples from here).
-const AFTER_HELP: &str = "\
+/// The epilogue of `--help` (and of the man page, which reads its examples from here): the
+/// parts around the exit statuses, which `exit.rs` words.
+fn after_help() -> String {
+    format!("{DURATIONS_AND_VARIABLES}\n\n{}\n\n{EXAMPLES}", crate::exit::summary())
+}
+
+const DURATIONS_AND_VARIABLES: &str = "\
 Durations use humantime syntax (500ms, 30s, 30m, '1h 30m'), or are a bare number of seconds
 (5, 1.5), as for sleep(1).
 Every option but -v, --generate and --allow-interactive can also be set with an environment variable
-REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.
+REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.";
 
-Exit status: the command's own status (128+N if it died of signal N); 64 usage error;
-65 the key holds another type, or is used with another kind of lock (--limit, --shared);
-69 Redis unavailable; 70 internal error; 75 lock busy; 77 Redis refused the credentials or
-the ACL denies a command; 78 configuration error (malformed Redis URL, ulimit -n below 64);
-124 stopped by --max-runtime; 125 lease lost, command stopped; 126 command could not be
-started (not executable, or the process limit); 127 command not found.
-
+const EXAMPLES: &str = "\
 Examples:
   redlock-run --key lock:settlement:daily --ttl 30m -- ./settle.sh
   redlock-run -k lock:deploy -t 5m --wait 20m --redis-url redis://redis.internal:6379 -- make deploy
@@ -34,6 +38,15 @@ Examples:
   redlock-run status --key lock:settlement:daily
   redlock-run release --key lock:settlement:daily --force
   eval \"$(redlock-run lock --key lock:backup --ttl 1m)\" || exit   (in a script: the rest of it)";
+
+/// The sections of `--help` the options are listed under.
+mod heading {
+    pub const LOCK: &str = "Lock";
+    pub const WAITING: &str = "Waiting";
+    pub const SUPERVISION: &str = "Command supervision";
+    pub const REDIS: &str = "Redis connection";
+    pub const OUTPUT: &str = "Output";
+}
 
 /// `--version`: the crate's version, the commit it was built from (when built from a git
 /// checkout) and the TLS backend.
@@ -51,7 +64,7 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("REDLOCK_RUN_BUILD
     version = VERSION,
     about = "Run a command under a Redis lock: one machine at a time, across a fleet",
     after_help = AFTER_SHORT_HELP,
-    after_long_help = AFTER_HELP,
+    after_long_help = after_help(),
     max_term_width = 100,
     args_conflicts_with_subcommands = true,
     disable_help_subcommand = true,
@@ -70,7 +83,7 @@ pub struct Cli {
     /// /usr/local/share/man/man1/redlock-run.1', 'redlock-run --generate bash >
     /// /usr/share/bash-completion/completions/redlock-run'. No environment variable: a run never
     /// turns into this.
-    #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = "Output")]
+    #[arg(long, value_name = "KIND", value_enum, exclusive = true, help_heading = heading::OUTPUT)]
     pub generate: Option<Generate>,
 
     /// The command to run and its arguments
@@ -96,7 +109,7 @@ pub struct RunArgs {
         value_name = "DUR",
         allow_negative_numbers = true,
         default_value = "30s",
-        help_heading = "Lock"
+        help_heading = heading::LOCK
     )]
     pub ttl: String,
 
@@ -109,7 +122,7 @@ pub struct RunArgs {
         value_name = "N",
         allow_negative_numbers = true,
         default_value_t = crate::exit::status::BUSY,
-        help_heading = "Lock",
+        help_heading = heading::LOCK,
     )]
     pub busy_exit_code: u8,
 
@@ -124,7 +137,7 @@ pub struct RunArgs {
         value_name = "N",
         allow_negative_numbers = true,
         value_parser = clap::value_parser!(u32).range(1..),
-        help_heading = "Lock"
+        help_heading = heading::LOCK
     )]
     pub limit: Option<u32>,
 
@@ -136,7 +149,7 @@ pub struct RunArgs {
         long,
         env = "REDLOCK_SHARED",
         value_parser = switch("REDLOCK_SHARED"),
-        help_heading = "Lock",
+        help_heading = heading::LOCK,
     )]
     pub shared: bool,
 
@@ -154,14 +167,14 @@ pub struct RunArgs {
         env = "REDLOCK_MIN_HOLD",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Lock"
+        help_heading = heading::LOCK
     )]
     pub min_hold: Option<String>,
 
     /// Succeed at most once per ID
     ///
     /// Skip (exit 0) if a run with this ID already succeeded; record success after exit 0.
-    #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", help_heading = "Lock")]
+    #[arg(long, env = "REDLOCK_IDEMPOTENCY_KEY", value_name = "ID", help_heading = heading::LOCK)]
     pub idempotency_key: Option<OsString>,
 
     /// How long a success record is kept
@@ -173,7 +186,7 @@ pub struct RunArgs {
         value_name = "DUR",
         allow_negative_numbers = true,
         default_value = "7d",
-        help_heading = "Lock"
+        help_heading = heading::LOCK
     )]
     pub idempotency_ttl: String,
 
@@ -188,7 +201,7 @@ pub struct RunArgs {
         value_name = "DUR",
         allow_negative_numbers = true,
         default_value = "0",
-        help_heading = "Waiting"
+        help_heading = heading::WAITING
     )]
     pub wait: String,
 
@@ -201,7 +214,7 @@ pub struct RunArgs {
         long,
         env = "REDLOCK_FAIL_OPEN",
         value_parser = switch("REDLOCK_FAIL_OPEN"),
-        help_heading = "Waiting",
+        help_heading = heading::WAITING,
     )]
     pub fail_open: bool,
 
@@ -214,7 +227,7 @@ pub struct RunArgs {
         env = "REDLOCK_RENEW_EVERY",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Command supervision"
+        help_heading = heading::SUPERVISION
     )]
     pub renew_every: Option<String>,
 
@@ -227,7 +240,7 @@ pub struct RunArgs {
         env = "REDLOCK_KILL_GRACE",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Command supervision"
+        help_heading = heading::SUPERVISION
     )]
     pub kill_grace: Option<String>,
 
@@ -241,7 +254,7 @@ pub struct RunArgs {
         value_name = "ACTION",
         value_enum,
         default_value_t = OnLostArg::Terminate,
-        help_heading = "Command supervision",
+        help_heading = heading::SUPERVISION,
     )]
     pub on_lost: OnLostArg,
 
@@ -254,7 +267,7 @@ pub struct RunArgs {
         env = "REDLOCK_MAX_RUNTIME",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Command supervision"
+        help_heading = heading::SUPERVISION
     )]
     pub max_runtime: Option<String>,
 
@@ -266,7 +279,7 @@ pub struct RunArgs {
         long,
         env = "REDLOCK_NO_NEW_PRIVS",
         value_parser = switch("REDLOCK_NO_NEW_PRIVS"),
-        help_heading = "Command supervision",
+        help_heading = heading::SUPERVISION,
     )]
     pub no_new_privs: bool,
 
@@ -276,244 +289,11 @@ pub struct RunArgs {
     /// Write Prometheus metrics to PATH at exit
     ///
     /// Text format, written atomically, for the node_exporter textfile collector.
-    #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", help_heading = "Output")]
+    #[arg(long, env = "REDLOCK_METRICS_FILE", value_name = "PATH", help_heading = heading::OUTPUT)]
     pub metrics_file: Option<PathBuf>,
 
     #[command(flatten)]
     pub output: OutputArgs,
-}
-
-impl Cli {
-    /// Parses the command line. `-h` is the summary, one line per option: without the
-    /// environment variables, defaults and values that `--help` lists (clap shows those in both).
-    pub fn from_args() -> Result<Cli, clap::Error> {
-        let mut args: Vec<OsString> = std::env::args_os().collect();
-        let mut cmd = Cli::command();
-        if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
-            if first == "help" {
-                args = help_args(&args, &cmd)?;
-            } else if let Some(meant) = mistyped_subcommand(first) {
-                return Err(did_you_mean(first, meant, &mut cmd));
-            }
-        }
-        if asks_for_summary(&args) {
-            // Defines the subcommands' options (see [`Deferred`]), so that they are summed up too.
-            cmd.build();
-            cmd = summary(cmd);
-        }
-        let mut matches = match cmd.try_get_matches_from_mut(args.clone()) {
-            // `--generate` is exclusive of every other option, and clap counts a variable as
-            // given: printing docs reads no configuration, so a wrapper's variables are dropped.
-            Err(e) if e.kind() == clap::error::ErrorKind::ArgumentConflict && asks_for_docs(&args) => {
-                cmd = cmd.mut_args(|a| a.env(None));
-                cmd.try_get_matches_from_mut(args.clone())?
-            }
-            parsed => parsed?,
-        };
-        let kind_from_env = |m: &clap::ArgMatches| {
-            let from_env = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::EnvVariable);
-            (from_env("limit"), from_env("shared"))
-        };
-        let top = kind_from_env(&matches);
-        let sub = matches.subcommand_matches("lock").map(kind_from_env);
-        let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
-        if cli.action.is_none()
-            && let Some(sub @ ("lock" | "unlock")) = first_operand(&args).and_then(|w| w.to_str())
-        {
-            // As a command to run it would run a program of that name, and a script's
-            // `eval "$(…)"` would go on without the lock if there is none.
-            return Err(clap::Error::raw(
-                clap::error::ErrorKind::InvalidSubcommand,
-                format!(
-                    "subcommands come first, then their options: redlock-run {sub} --key KEY [OPTIONS] \
-                     (to run a program called {sub}, put it after --)\n"
-                ),
-            )
-            .with_cmd(&cmd));
-        }
-        cli.run.kind_from_env = top;
-        if let (Some(Action::Lock(Deferred(lock))), Some(sub)) = (&mut cli.action, sub) {
-            lock.run.kind_from_env = sub;
-        }
-        Ok(cli)
-    }
-}
-
-/// The variable behind clap's "invalid UTF-8" error: one set to bytes that are not UTF-8, for an
-/// option that takes text (keys and paths take any bytes).
-pub fn non_utf8_variable() -> Option<String> {
-    let takes_bytes = |a: &clap::Arg| {
-        let id = a.get_value_parser().type_id();
-        id == std::any::TypeId::of::<OsString>() || id == std::any::TypeId::of::<PathBuf>()
-    };
-    let mut cmd = Cli::command();
-    cmd.build(); // the subcommands' options too (see [`Deferred`])
-    let args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
-    args.filter(|a| !takes_bytes(a))
-        .filter_map(|a| a.get_env())
-        .find(|var| std::env::var_os(var).is_some_and(|v| v.to_str().is_none()))
-        .map(|var| var.to_string_lossy().into_owned())
-}
-
-/// The environment variable a rejected value came from: that of the option `flag` (`--ttl`, as
-/// clap's error names it) when the option is not on the command line.
-pub fn value_from_variable(flag: &str) -> Option<String> {
-    let long = flag.split([' ', '=']).next()?.strip_prefix("--")?;
-    let mut cmd = Cli::command();
-    cmd.build(); // the subcommands' options too (see [`Deferred`])
-    let mut args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
-    let arg = args.find(|a| a.get_long() == Some(long))?;
-    let var = arg.get_env()?.to_str()?.to_owned();
-    let given = std::env::args_os().skip(1).take_while(|a| a != "--").any(|a| {
-        let a = a.to_string_lossy();
-        a == format!("--{long}")
-            || a.starts_with(&format!("--{long}="))
-            || arg.get_short().is_some_and(|c| !a.starts_with("--") && a.starts_with('-') && a.contains(c))
-    });
-    (!given && std::env::var_os(&var).is_some()).then_some(var)
-}
-
-/// The first word of `args` (argv, the program first) that is neither an option nor an
-/// option's value, before any `--`: a subcommand, or the command to run.
-fn first_operand(args: &[OsString]) -> Option<&std::ffi::OsStr> {
-    let cmd = Cli::command();
-    let takes_value = |a: &clap::Arg| a.get_action().takes_values();
-    let long_takes = |name: &str| cmd.get_arguments().any(|a| a.get_long() == Some(name) && takes_value(a));
-    let short_takes = |c: char| cmd.get_arguments().any(|a| a.get_short() == Some(c) && takes_value(a));
-    let mut words = args.iter().skip(1);
-    while let Some(word) = words.next() {
-        let text = word.to_string_lossy();
-        if text == "--" {
-            return None;
-        }
-        if let Some(long) = text.strip_prefix("--") {
-            if !long.contains('=') && long_takes(long) {
-                words.next();
-            }
-        } else if let Some(shorts) = text.strip_prefix('-').filter(|s| !s.is_empty()) {
-            // `-vk KEY`: the first short that takes a value takes the rest, or the next word.
-            if let Some(at) = shorts.chars().position(short_takes)
-                && at + 1 == shorts.chars().count()
-            {
-                words.next();
-            }
-        } else {
-            return Some(word);
-        }
-    }
-    None
-}
-
-/// Whether the command line asks for `lock`, even mistyped or placed after options: its
-/// failure must then end the script that evaluates its output (see `script::print_failing`).
-pub fn means_lock() -> bool {
-    let args: Vec<OsString> = std::env::args_os().collect();
-    let first = args.get(1).and_then(|a| a.to_str());
-    // The definition is built (`first_operand`) only when the word is there at all: this runs
-    // as every failing run exits.
-    let lock_among_options = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "lock");
-    first == Some("lock")
-        || first.and_then(mistyped_subcommand) == Some("lock")
-        || (lock_among_options && first_operand(&args).is_some_and(|w| w == "lock"))
-}
-
-/// The words a first argument may be meant as: the subcommands, and `help`.
-const SUBCOMMAND_WORDS: [&str; 5] = ["status", "release", "lock", "unlock", "help"];
-
-/// `help`, `help status`, `help release`, as `--help` at their level (clap's own help
-/// subcommand would also get a man page and completions of its own).
-fn help_args(args: &[OsString], cmd: &clap::Command) -> Result<Vec<OsString>, clap::Error> {
-    let mut help = vec![args[0].clone()];
-    match args.get(2).and_then(|a| a.to_str()) {
-        None | Some("help") => {}
-        Some(flag) if flag.starts_with('-') => {}
-        Some(sub @ ("status" | "release" | "lock" | "unlock")) => help.push(sub.into()),
-        Some(other) => {
-            let meant = mistyped_subcommand(other).filter(|m| *m != "help");
-            let mut cmd = cmd.clone();
-            return Err(match meant {
-                Some(meant) => did_you_mean(other, meant, &mut cmd),
-                None => clap::Error::raw(
-                    clap::error::ErrorKind::InvalidSubcommand,
-                    format!("there is no subcommand `{other}`: the subcommands are status, release, lock and unlock\n"),
-                )
-                .with_cmd(&cmd),
-            });
-        }
-    }
-    help.push("--help".into());
-    Ok(help)
-}
-
-/// The subcommand a first word one edit away from one (Damerau: a letter added, dropped,
-/// changed, or two swapped; any case) was meant as — unless a program of that name is on
-/// PATH, which runs as before.
-fn mistyped_subcommand(word: &str) -> Option<&'static str> {
-    let lower: Vec<char> = word.to_ascii_lowercase().chars().collect();
-    let meant = SUBCOMMAND_WORDS.into_iter().find(|&sub| {
-        let sub_chars: Vec<char> = sub.chars().collect();
-        word != sub && within_one_edit(&lower, &sub_chars)
-    })?;
-    (!word.contains('/') && !crate::sys::found_on_path(word.as_ref())).then_some(meant)
-}
-
-/// Whether `a` becomes `b` with at most one edit: a character added, dropped or changed, or
-/// two neighbours swapped.
-fn within_one_edit(a: &[char], b: &[char]) -> bool {
-    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
-    match long.len() - short.len() {
-        0 => {
-            let differ: Vec<usize> = (0..a.len()).filter(|&i| a[i] != b[i]).collect();
-            match differ[..] {
-                [] | [_] => true,
-                [i, j] => j == i + 1 && a[i] == b[j] && a[j] == b[i],
-                _ => false,
-            }
-        }
-        1 => {
-            let same = short.iter().zip(long).take_while(|(x, y)| x == y).count();
-            short[same..] == long[same + 1..]
-        }
-        _ => false,
-    }
-}
-
-fn did_you_mean(word: &str, meant: &str, cmd: &mut clap::Command) -> clap::Error {
-    clap::Error::raw(
-        clap::error::ErrorKind::InvalidSubcommand,
-        format!(
-            "`{word}` is neither a subcommand nor a program on PATH: did you mean `{meant}`? (a command \
-             to run goes after the options: redlock-run --key KEY -- COMMAND)\n"
-        ),
-    )
-    .with_cmd(cmd)
-}
-
-/// Whether the wrapper's own arguments (those before `--`) include `--generate`.
-fn asks_for_docs(args: &[OsString]) -> bool {
-    args.iter()
-        .skip(1)
-        .take_while(|a| *a != "--")
-        .any(|a| a == "--generate" || a.to_string_lossy().starts_with("--generate="))
-}
-
-/// Whether the wrapper's own arguments (those before `--`) include `-h`, alone or among other
-/// short flags (`-vh`). Wrong guesses cost nothing: hiding details changes only help text.
-fn asks_for_summary(args: &[OsString]) -> bool {
-    args.iter().skip(1).take_while(|a| *a != "--").any(|a| {
-        let a = a.to_string_lossy();
-        a.strip_prefix('-')
-            .is_some_and(|flags| flags.contains('h') && flags.chars().all(|c| "hvqV".contains(c)))
-    })
-}
-
-fn summary(cmd: clap::Command) -> clap::Command {
-    cmd.mut_args(|a| {
-        let takes_value = a.get_action().takes_values();
-        let a = a.hide_env(true);
-        if takes_value { a.hide_default_value(true).hide_possible_values(true) } else { a }
-    })
-    .mut_subcommands(summary)
 }
 
 /// `--on-lost` values.
@@ -564,7 +344,7 @@ pub struct LockArgs {
     ///
     /// A lost lock then stops the shell's process group: SIGTERM, which an interactive shell
     /// ignores, then SIGKILL, which ends the terminal session. No environment variable.
-    #[arg(long, help_heading = "Command supervision")]
+    #[arg(long, help_heading = heading::SUPERVISION)]
     pub allow_interactive: bool,
 }
 
@@ -687,7 +467,7 @@ pub struct KeyArg {
         value_name = "KEY",
         required = true,
         action = ArgAction::Append,
-        help_heading = "Lock"
+        help_heading = heading::LOCK
     )]
     pub value: Vec<OsString>,
 }
@@ -700,21 +480,21 @@ pub struct RedisArgs {
     /// rediss:// is TLS. Give it several times for a Redlock quorum of independent servers, or for a Cluster's
     /// seed nodes with --cluster [env: REDLOCK_REDIS_URL, then REDIS_URL] [default:
     /// redis://127.0.0.1:6379].
-    #[arg(long, value_name = "URL", action = ArgAction::Append, help_heading = "Redis connection")]
+    #[arg(long, value_name = "URL", action = ArgAction::Append, help_heading = heading::REDIS)]
     pub redis_url: Vec<String>,
 
     /// Read the Redis password from this file
     ///
     /// Its first line, so that the password never sits in argv [the password can also come
     /// from the URL or REDLOCK_PASSWORD].
-    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_PASSWORD_FILE", value_name = "PATH", help_heading = heading::REDIS)]
     pub password_file: Option<PathBuf>,
 
     /// CA certificates (PEM) to verify with
     ///
     /// The server's certificate, and a rediss:// Sentinel's, instead of with the system's
     /// certificates.
-    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "PATH", help_heading = heading::REDIS)]
     pub tls_ca_file: Option<PathBuf>,
 
     /// Client certificate (PEM) for mutual TLS
@@ -725,7 +505,7 @@ pub struct RedisArgs {
         env = "REDLOCK_TLS_CERT_FILE",
         value_name = "PATH",
         requires = "tls_key_file",
-        help_heading = "Redis connection"
+        help_heading = heading::REDIS
     )]
     pub tls_cert_file: Option<PathBuf>,
 
@@ -737,7 +517,7 @@ pub struct RedisArgs {
         env = "REDLOCK_TLS_KEY_FILE",
         value_name = "PATH",
         requires = "tls_cert_file",
-        help_heading = "Redis connection"
+        help_heading = heading::REDIS
     )]
     pub tls_key_file: Option<PathBuf>,
 
@@ -748,7 +528,7 @@ pub struct RedisArgs {
         long,
         env = "REDLOCK_TLS_INSECURE",
         value_parser = switch("REDLOCK_TLS_INSECURE"),
-        help_heading = "Redis connection",
+        help_heading = heading::REDIS,
     )]
     pub tls_insecure: bool,
 
@@ -758,11 +538,11 @@ pub struct RedisArgs {
     /// credentials and TLS: redis://USER:PASSWORD@HOST:PORT (all but the host optional), or
     /// rediss://… Repeat it. --redis-url then only gives the master's scheme, credentials and
     /// database [env: REDLOCK_SENTINEL, the Sentinels separated by commas].
-    #[arg(long, value_name = "HOST[:PORT]|URL", help_heading = "Redis connection")]
+    #[arg(long, value_name = "HOST[:PORT]|URL", help_heading = heading::REDIS)]
     pub sentinel: Vec<String>,
 
     /// Name of the master the Sentinels watch
-    #[arg(long, env = "REDLOCK_SENTINEL_MASTER", value_name = "NAME", help_heading = "Redis connection")]
+    #[arg(long, env = "REDLOCK_SENTINEL_MASTER", value_name = "NAME", help_heading = heading::REDIS)]
     pub sentinel_master: Option<String>,
 
     /// The Sentinels' password, from a file
@@ -773,7 +553,7 @@ pub struct RedisArgs {
         long,
         env = "REDLOCK_SENTINEL_PASSWORD_FILE",
         value_name = "PATH",
-        help_heading = "Redis connection"
+        help_heading = heading::REDIS
     )]
     pub sentinel_password_file: Option<PathBuf>,
 
@@ -785,7 +565,7 @@ pub struct RedisArgs {
         env = "REDLOCK_CLUSTER",
         value_parser = switch("REDLOCK_CLUSTER"),
         conflicts_with = "sentinel",
-        help_heading = "Redis connection",
+        help_heading = heading::REDIS,
     )]
     pub cluster: bool,
 
@@ -797,7 +577,7 @@ pub struct RedisArgs {
         env = "REDLOCK_CONNECT_TIMEOUT",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Redis connection"
+        help_heading = heading::REDIS
     )]
     pub connect_timeout: Option<String>,
 
@@ -809,7 +589,7 @@ pub struct RedisArgs {
         env = "REDLOCK_COMMAND_TIMEOUT",
         value_name = "DUR",
         allow_negative_numbers = true,
-        help_heading = "Redis connection"
+        help_heading = heading::REDIS
     )]
     pub command_timeout: Option<String>,
 }
@@ -818,7 +598,7 @@ pub struct RedisArgs {
 #[derive(Debug, Args)]
 pub struct OutputArgs {
     /// More diagnostics (-v: info, -vv: debug)
-    #[arg(short, long, action = ArgAction::Count, help_heading = "Output")]
+    #[arg(short, long, action = ArgAction::Count, help_heading = heading::OUTPUT)]
     pub verbose: u8,
 
     /// Only errors on stderr
@@ -829,7 +609,7 @@ pub struct OutputArgs {
         long,
         env = "REDLOCK_QUIET",
         value_parser = switch("REDLOCK_QUIET"),
-        help_heading = "Output",
+        help_heading = heading::OUTPUT,
     )]
     pub quiet: bool,
 
@@ -840,7 +620,7 @@ pub struct OutputArgs {
         value_name = "FORMAT",
         value_enum,
         default_value_t = LogFormatArg::Text,
-        help_heading = "Output",
+        help_heading = heading::OUTPUT,
     )]
     pub log_format: LogFormatArg,
 }
@@ -887,28 +667,5 @@ fn switch(var: &'static str) -> impl Fn(&str) -> Result<bool, String> + Clone + 
         "1" | "true" | "yes" | "on" => Ok(true),
         "" | "0" | "false" | "no" | "off" => Ok(false),
         _ => Err(format!("{var} must be one of 1, true, yes, on (on) or 0, false, no, off, empty (off)")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::within_one_edit;
-
-    #[test]
-    fn one_edit_is_a_letter_added_dropped_changed_or_two_neighbours_swapped() {
-        let one = |a: &str, b: &str| {
-            let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-            within_one_edit(&a, &b) && within_one_edit(&b, &a)
-        };
-        for near in [
-            "status", "sttaus", "statu", "sstatus", "statsu", "tsatus", "stotus", "statuss", "xstatus",
-            "státus",
-        ] {
-            assert!(one(near, "status"), "{near}");
-        }
-        for far in ["stat", "satuts", "statuses", "sutats", "", "release"] {
-            assert!(!one(far, "status"), "{far}");
-        }
-        assert!(one("", "h") && !one("", "he"));
     }
 }

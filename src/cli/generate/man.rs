@@ -5,6 +5,7 @@
 use clap::CommandFactory;
 
 use crate::cli::Cli;
+use crate::exit;
 
 /// The main page, `redlock-run(1)`.
 pub(super) fn main_page() -> String {
@@ -87,7 +88,7 @@ fn finish_main_page(page: &str) -> String {
         sections.push_str(&format!(".SH DURATIONS\n{durations}\n"));
     }
     sections.push_str(".SH \"EXIT STATUS\"\n");
-    for (code, meaning) in crate::exit::TABLE {
+    for (code, meaning) in exit::TABLE {
         sections.push_str(&item(code, meaning));
     }
 
@@ -142,50 +143,15 @@ fn finish_main_page(page: &str) -> String {
 
 /// A subcommand's page with its exit statuses and a way back to the main page.
 fn finish_sub_page(page: &str, sub: &str) -> String {
-    let statuses: &[(&str, &str)] = match sub {
-        "status" => &[
-            ("0", "the lock is held"),
-            ("1", "the lock is free"),
-            ("64", "usage error"),
-            ("69", "Redis unavailable"),
-            ("77", "Redis refused the credentials or the ACL denies a command"),
-            ("78", "configuration error"),
-        ],
-        "lock" => &[
-            ("0", "the lock is held for the script; the assignments are printed"),
-            (
-                "64",
-                "usage error, or a script that cannot be guarded: not evaluating the output, not \
-                    leading its process group, interactive, or holding the key already",
-            ),
-            ("65", "the key holds another type, or is used with another kind of lock"),
-            ("69", "Redis unavailable"),
-            ("70", "internal error"),
-            ("75", "lock busy (--busy-exit-code)"),
-            ("77", "Redis refused the credentials or the ACL denies a command"),
-            ("78", "configuration error"),
-            ("other", "on any failure only (exit N) is printed, so that eval fails with status N"),
-        ],
-        "unlock" => &[
-            ("0", "the lock was released"),
-            ("64", "no lock: REDLOCK_HOLDER is not set"),
-            ("70", "the holder cannot be reached"),
-            ("77", "the holder belongs to another user (only its user and root may unlock it)"),
-            ("125", "the lock was lost (the script is being stopped), or its holder is gone"),
-        ],
-        _ => &[
-            ("0", "the lock was released"),
-            ("1", "there was nothing to release"),
-            ("64", "usage error (also: --force missing)"),
-            ("65", "the key holds another type; it was left alone"),
-            ("69", "Redis unavailable"),
-            ("77", "Redis refused the credentials or the ACL denies a command"),
-            ("78", "configuration error"),
-        ],
+    let statuses = match sub {
+        "status" => exit::STATUS_TABLE,
+        "lock" => exit::LOCK_TABLE,
+        "unlock" => exit::UNLOCK_TABLE,
+        _ => exit::RELEASE_TABLE,
     };
     let mut sections = String::from(".SH \"EXIT STATUS\"\n");
     for (code, meaning) in statuses {
-        sections.push_str(&item(code, meaning));
+        sections.push_str(&item(&code.map_or("other".to_owned(), |c| c.to_string()), meaning));
     }
     sections.push_str(".SH \"SEE ALSO\"\n\\fBredlock\\-run\\fR(1)\n");
     let page = match page.find(".SH VERSION\n") {
