@@ -40,7 +40,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-use crate::config::KILL_AHEAD;
+use crate::lock::KILL_AHEAD;
 use crate::lock::{Acquired, Fault, Handover, Lease, QUEUE_KEEPALIVE, show_key};
 
 /// Even with `--wait 0`, an unreachable Redis is retried this long before giving up.

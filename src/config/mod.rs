@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs, RunArgs};
 use crate::exit::Error;
-pub use crate::lock::KILL_AHEAD;
-pub use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
+use crate::lock::KILL_AHEAD;
+use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
 use crate::lock::{Kind, drift};
 
 pub mod env;

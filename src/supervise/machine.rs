@@ -14,8 +14,9 @@ use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
 use crate::child::Group;
-use crate::config::{KILL_AHEAD, OnLost};
+use crate::config::OnLost;
 use crate::exit::status;
+use crate::lock::KILL_AHEAD;
 use crate::lock::Lease;
 use crate::renew::{LeaseEvent, Revealed};
 use crate::signals::is_stop_request;

@@ -25,20 +25,15 @@ use super::settings::{RedisConfig, Topology};
 use super::url::{self, redact_url};
 use crate::exit::Error;
 
+mod discovery;
+mod tracking;
+
+use tracking::{Tracking, refuses_tracking, tracking_on};
+
 /// The live connection.
 enum Link {
     Node(MultiplexedConnection),
     Cluster(ClusterConnection),
-}
-
-/// Client tracking (`CLIENT TRACKING ON NOLOOP` on a RESP3 link): Redis pushes a notice when a
-/// key the link read is changed by someone else, expires, or is flushed.
-enum Tracking {
-    Off,
-    /// Every link made from now on tracks; its notices, and its end, are sent here.
-    On(mpsc::UnboundedSender<PushInfo>),
-    /// The server, an ACL or a proxy in between refused it: renewals alone find a lost lock.
-    Refused,
 }
 
 pub struct Conn {
@@ -212,91 +207,9 @@ impl Conn {
         self.answered(result).await
     }
 
-    /// From now on every link tracks the keys its requests read, and [`Conn::pushed`] hears
-    /// what Redis says of them; the link in use is replaced at the next request. Where Redis
-    /// refuses, this says so once (debug) and the connection goes on as before.
-    pub fn track(&mut self) {
-        if matches!(self.tracking, Tracking::Off) {
-            let (sender, pushes) = mpsc::unbounded_channel();
-            self.tracking = Tracking::On(sender);
-            self.pushes = Some(pushes);
-            self.link = None;
-        }
-    }
-
     /// The next request makes a new link.
     pub fn reconnect(&mut self) {
         self.link = None;
-    }
-
-    /// Links made from now on are plain again (the link in use stays): a release needs no
-    /// notices, and a plain link sends its request at once, where a tracking one waits for the
-    /// answer to `HELLO` first — so a release to a frozen Redis still waits in its socket, to
-    /// run after anything sent before it.
-    pub fn untrack(&mut self) {
-        if matches!(self.tracking, Tracking::On(_)) {
-            self.tracking = Tracking::Off;
-            self.pushes = None;
-        }
-    }
-
-    /// The next message a tracking link pushed: an invalidation, or the end of the link.
-    /// Never resolves without tracking.
-    pub async fn pushed(&mut self) -> PushInfo {
-        match &mut self.pushes {
-            // The sender lives in `self.tracking` as long as the receiver does.
-            Some(pushes) => match pushes.recv().await {
-                Some(push) => self.heard(push),
-                None => std::future::pending().await,
-            },
-            None => std::future::pending().await,
-        }
-    }
-
-    /// Takes every message pushed so far, without waiting.
-    pub fn drain_pushes(&mut self) {
-        while let Some(push) = self.pushes.as_mut().and_then(|p| p.try_recv().ok()) {
-            self.heard(push);
-        }
-    }
-
-    fn heard(&mut self, push: PushInfo) -> PushInfo {
-        // The next request makes a new link at once rather than fail on this one (a Cluster's
-        // client reconnects the node itself).
-        if push.kind == redis::PushKind::Disconnection && !self.is_cluster() {
-            self.link = None;
-        }
-        push
-    }
-
-    /// Before a request that reads the lock: in a Cluster, whose client reaches each master on a
-    /// link of its own and a slot may move to any of them (or to a replica promoted meanwhile),
-    /// tracking is turned on at every master first. Elsewhere each tracking link has it from
-    /// the start.
-    pub async fn arm(&mut self) -> Result<(), Fault> {
-        if !(matches!(self.tracking, Tracking::On(_)) && self.is_cluster()) {
-            return Ok(());
-        }
-        let Link::Cluster(c) = self.link().await? else { return Ok(()) };
-        let every =
-            RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, Some(ResponsePolicy::AllSucceeded)));
-        match c.route_command(tracking_on(), every).await {
-            Ok(_) => Ok(()),
-            Err(e) if refuses_tracking(&e) => {
-                self.refuse(&e);
-                Ok(())
-            }
-            Err(e) => Err(self.failed(&e)),
-        }
-    }
-
-    /// Tracking cannot work here: said once, and the links go on without it.
-    fn refuse(&mut self, why: &RedisError) {
-        tracing::debug!(
-            "Redis refused client tracking ({why}): a lost lock is found at the next renewal, not at once"
-        );
-        self.tracking = Tracking::Refused;
-        self.pushes = None;
     }
 
     /// Resolves once the Sentinels have switched the master since they were last asked: the
@@ -562,108 +475,6 @@ impl Conn {
             .then(|| Fault::Transient(fault::MAX_CLIENTS.into()))
     }
 
-    /// Asks every Sentinel at once where the master is, and takes the master a majority of
-    /// them names — or, when some cannot be asked, the one every Sentinel that answered names.
-    /// So no single Sentinel decides: not one listed first that is stale, slow, or watches
-    /// another deployment's master of the same name. A Sentinel that still names the master
-    /// the latest switch replaced has not caught up and does not count. Sentinels that name
-    /// different masters with no majority are a failover in progress (retried, never run
-    /// without the lock). A Sentinel that answers in a way no retry changes (it is no
-    /// Sentinel, does not know the master, refuses the credentials, TLS cannot work) is a
-    /// mistake, reported when no Sentinel names the master, and warned about when one does.
-    async fn discover(
-        &self,
-        sentinels: &[Node],
-        master: &str,
-        demoted: Option<&(String, u16)>,
-    ) -> Result<(String, u16), Fault> {
-        use futures_util::stream::{FuturesUnordered, StreamExt};
-
-        let limit = self.connect_timeout + self.command_timeout;
-        let majority = sentinels.len() / 2 + 1;
-        let mut asks: FuturesUnordered<_> = sentinels
-            .iter()
-            .map(|sentinel| async move {
-                let asked = async {
-                    let mut conn =
-                        sentinel.client.get_multiplexed_async_connection_with_config(&self.config).await?;
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg(master)
-                        .query_async::<Option<(String, u16)>>(&mut conn)
-                        .await
-                };
-                (sentinel, tokio::time::timeout(limit, asked).await)
-            })
-            .collect();
-        // Who named what, in the order the answers came.
-        let mut named: Vec<((String, u16), &str)> = Vec::new();
-        let mut mistake: Option<Fault> = None;
-        let mut answered: Option<Fault> = None;
-        let mut local: Option<Fault> = None;
-        let mut last = String::from("no Sentinel answered");
-        while let Some((sentinel, outcome)) = asks.next().await {
-            let shown = sentinel.shown.as_str();
-            match outcome {
-                Ok(Ok(Some(addr))) if demoted == Some(&addr) => {
-                    answered = Some(Fault::Transient(format!(
-                        "Sentinel {shown} still names {}:{}, the master a failover replaced",
-                        addr.0, addr.1
-                    )));
-                }
-                Ok(Ok(Some(addr))) => {
-                    named.push((addr, shown));
-                    let addr = &named[named.len() - 1].0;
-                    if named.iter().filter(|(a, _)| a == addr).count() >= majority {
-                        break;
-                    }
-                }
-                Ok(Ok(None)) => {
-                    let unknown = format!(
-                        "Sentinel {shown} does not know a master named {master:?}: check --sentinel-master"
-                    );
-                    // A configuration mistake (78) explains more than a refusal (77).
-                    if !matches!(mistake, Some(Fault::Config(_))) {
-                        mistake = Some(Fault::Config(unknown));
-                    }
-                }
-                Ok(Err(e)) => match mistakes::sentinel_mistake(sentinel, &e, self.connect_timeout).await {
-                    Some(fault) => {
-                        if !matches!(mistake, Some(Fault::Config(_))) {
-                            mistake = Some(fault);
-                        }
-                    }
-                    None => match Fault::from_redis(&e) {
-                        Fault::Unavailable(_) => last = format!("Sentinel {shown}: {e}"),
-                        Fault::Internal(text) => local = Some(Fault::Internal(text)),
-                        // It answered, with an error: not an outage.
-                        _ => answered = Some(Fault::Transient(format!("Sentinel {shown} answered: {e}"))),
-                    },
-                },
-                Err(_) => last = format!("Sentinel {shown} did not answer within {limit:?}"),
-            }
-        }
-        // The rest are not waited for.
-        drop(asks);
-        if let Some((addr, _)) = named.last() {
-            let votes = |a: &(String, u16)| named.iter().filter(|(b, _)| b == a).count();
-            if votes(addr) >= majority || named.iter().all(|(a, _)| a == addr) {
-                if let Some(fault) = &mistake {
-                    tracing::warn!("{fault}");
-                }
-                return Ok(addr.clone());
-            }
-            let said: Vec<String> = named.iter().map(|((h, p), s)| format!("{s} names {h}:{p}")).collect();
-            return Err(Fault::Transient(format!(
-                "the Sentinels disagree about the master {master:?} and no majority names one ({})",
-                said.join(", ")
-            )));
-        }
-        // Nobody named the master. A Sentinel's mistake, then a failure here, then a Sentinel
-        // that answered explain it better than one that could not be reached.
-        Err(mistake.or(local).or(answered).unwrap_or(Fault::Unavailable(last)))
-    }
-
     /// Classifies a reply. A plaintext connection reset at its first request is checked for a
     /// TLS port, so that the mistake is reported as such instead of retried.
     async fn answered<T>(&mut self, result: Result<T, RedisError>) -> Result<T, Fault> {
@@ -752,22 +563,6 @@ impl Conn {
         }
         fault
     }
-}
-
-/// Notices for the keys this link reads, but not for its own writes.
-fn tracking_on() -> redis::Cmd {
-    let mut cmd = redis::cmd("CLIENT");
-    cmd.arg("TRACKING").arg("ON").arg("NOLOOP");
-    cmd
-}
-
-/// Redis answered that it cannot track: no RESP3 (no `HELLO`, or a proxy that does not pass
-/// it), or `CLIENT TRACKING` unknown or not allowed to this user (`HELLO` itself is allowed to
-/// every user). A wrong password is no such answer: it fails the same without tracking.
-fn refuses_tracking(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::RESP3NotSupported
-        || e.code() == Some("NOPERM")
-        || matches!(Fault::from_redis(e), Fault::Failed(_))
 }
 
 fn make_client(info: ConnectionInfo, tls: Option<&TlsCertificates>) -> Result<Client, RedisError> {
