@@ -11,6 +11,7 @@ mod crash;
 mod docs;
 mod exit_statuses;
 mod generated;
+mod house;
 mod kinds;
 mod lease;
 mod lost_replies;
