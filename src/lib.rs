@@ -13,7 +13,7 @@ mod child;
 pub mod cli;
 mod config;
 mod exit;
-mod guardian;
+mod guard;
 mod lock;
 mod logging;
 mod metrics;
@@ -35,7 +35,7 @@ pub fn main() -> ExitCode {
     // A run's guardian process is this program exec'd anew, and so is the releaser a guardian
     // starts once its wrapper has died.
     if let Some(job) = sys::guardian_role() {
-        return guardian::release_after_death(job);
+        return guard::release_after_death(job);
     }
     let lock = std::env::args_os().nth(1).is_some_and(|a| a == "lock");
     if !lock {
@@ -131,7 +131,7 @@ fn main_status(holder: &mut bool) -> u8 {
         }
     });
     // No guardian left a zombie for an init that may never reap it.
-    guardian::reap();
+    guard::reap();
     let code = match result {
         Ok(code) => code,
         // With -q a busy lock is an expected outcome, like a skipped run: cron mails nothing.

@@ -36,7 +36,7 @@ const QUEUE: usize = 1024;
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
 /// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
-pub fn init(output: Output) -> Guard {
+pub fn init(output: Output) -> Flusher {
     let level = match output.verbosity {
         Verbosity::Quiet => Level::ERROR,
         Verbosity::Normal => Level::WARN,
@@ -51,7 +51,7 @@ pub fn init(output: Output) -> Guard {
         .event_format(Lines(output.format))
         .try_init()
         .is_ok();
-    Guard { queue: installed.then_some(queue) }
+    Flusher { queue: installed.then_some(queue) }
 }
 
 enum Msg {
@@ -75,11 +75,13 @@ fn write_lines(rx: Receiver<Msg>) {
     }
 }
 
-pub struct Guard {
+/// Writes out what the log queue holds when dropped, so that the last lines are not lost as the
+/// process exits.
+pub struct Flusher {
     queue: Option<Queue>,
 }
 
-impl Drop for Guard {
+impl Drop for Flusher {
     fn drop(&mut self) {
         let Some(Some(Sink::Thread(tx))) = self.queue.as_ref().map(|q| q.0.get()) else { return };
         let give_up = Instant::now() + FLUSH_LIMIT;
@@ -198,10 +200,10 @@ impl About {
 /// several, `keys` (all of them, separated by spaces, as `REDLOCK_KEYS` gives them).
 pub fn about_keys(keys: &[Vec<u8>]) {
     let Some(first) = keys.first() else { return };
-    let mut pairs = vec![Pair::new("key", Value::Str(first.escape_ascii().to_string()))];
+    let mut pairs = vec![Pair::new("key", FieldValue::Str(first.escape_ascii().to_string()))];
     if keys.len() > 1 {
         let all = keys.iter().map(|k| k.escape_ascii().to_string()).collect::<Vec<_>>().join(" ");
-        pairs.push(Pair::new("keys", Value::Str(all)));
+        pairs.push(Pair::new("keys", FieldValue::Str(all)));
     }
     let _ = ABOUT.keys.set(pairs);
 }
@@ -210,9 +212,9 @@ pub fn about_keys(keys: &[Vec<u8>]) {
 /// token's short prefix (never the token itself: README § Logs).
 pub fn about_holder(host: &str, pid: u32, token_prefix: &str) {
     let _ = ABOUT.holder.set(vec![
-        Pair::new("host", Value::Str(host.to_owned())),
-        Pair::new("pid", Value::U64(pid.into())),
-        Pair::new("token", Value::Str(token_prefix.to_owned())),
+        Pair::new("host", FieldValue::Str(host.to_owned())),
+        Pair::new("pid", FieldValue::U64(pid.into())),
+        Pair::new("token", FieldValue::Str(token_prefix.to_owned())),
     ]);
 }
 
@@ -220,15 +222,15 @@ pub fn about_holder(host: &str, pid: u32, token_prefix: &str) {
 /// several keys, `fences` (as `REDLOCK_FENCES` gives them).
 pub fn about_fences(fences: &[i64]) {
     let Some(first) = fences.first() else { return };
-    let mut pairs = vec![Pair::new("fence", Value::I64(*first))];
+    let mut pairs = vec![Pair::new("fence", FieldValue::I64(*first))];
     if fences.len() > 1 {
         let all = fences.iter().map(i64::to_string).collect::<Vec<_>>().join(" ");
-        pairs.push(Pair::new("fences", Value::Str(all)));
+        pairs.push(Pair::new("fences", FieldValue::Str(all)));
     }
     let _ = ABOUT.fences.set(pairs);
 }
 
-enum Value {
+enum FieldValue {
     Str(String),
     I64(i64),
     U64(u64),
@@ -238,11 +240,11 @@ enum Value {
 
 struct Pair {
     name: &'static str,
-    value: Value,
+    value: FieldValue,
 }
 
 impl Pair {
-    fn new(name: &'static str, value: Value) -> Self {
+    fn new(name: &'static str, value: FieldValue) -> Self {
         Pair { name, value }
     }
 }
@@ -260,23 +262,23 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.message = format!("{value:?}");
         } else {
-            self.pairs.push(Pair::new(field.name(), Value::Str(format!("{value:?}"))));
+            self.pairs.push(Pair::new(field.name(), FieldValue::Str(format!("{value:?}"))));
         }
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.pairs.push(Pair::new(field.name(), Value::Str(value.to_owned())));
+        self.pairs.push(Pair::new(field.name(), FieldValue::Str(value.to_owned())));
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.pairs.push(Pair::new(field.name(), Value::I64(value)));
+        self.pairs.push(Pair::new(field.name(), FieldValue::I64(value)));
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.pairs.push(Pair::new(field.name(), Value::U64(value)));
+        self.pairs.push(Pair::new(field.name(), FieldValue::U64(value)));
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.pairs.push(Pair::new(field.name(), Value::F64(value)));
+        self.pairs.push(Pair::new(field.name(), FieldValue::F64(value)));
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.pairs.push(Pair::new(field.name(), Value::Bool(value)));
+        self.pairs.push(Pair::new(field.name(), FieldValue::Bool(value)));
     }
 }
 
@@ -336,17 +338,17 @@ fn text_line(level: Level, fields: &Fields, about: &About) -> String {
     for pair in fields.all(about) {
         let _ = write!(line, " {}=", pair.name);
         match &pair.value {
-            Value::Str(s) => logfmt_value(&mut line, s),
-            Value::I64(n) => {
+            FieldValue::Str(s) => logfmt_value(&mut line, s),
+            FieldValue::I64(n) => {
                 let _ = write!(line, "{n}");
             }
-            Value::U64(n) => {
+            FieldValue::U64(n) => {
                 let _ = write!(line, "{n}");
             }
-            Value::F64(n) => {
+            FieldValue::F64(n) => {
                 let _ = write!(line, "{n}");
             }
-            Value::Bool(b) => {
+            FieldValue::Bool(b) => {
                 let _ = write!(line, "{b}");
             }
         }
@@ -387,11 +389,11 @@ fn json_line(level: Level, fields: &Fields, about: &About) -> String {
     let mut members: Vec<(&str, Json)> = Vec::new();
     for pair in fields.all(about) {
         let value = match &pair.value {
-            Value::Str(s) => Json::from(s.as_str()),
-            Value::I64(n) => Json::from(*n),
-            Value::U64(n) => Json::from(*n),
-            Value::F64(n) => Json::from(*n),
-            Value::Bool(b) => Json::from(*b),
+            FieldValue::Str(s) => Json::from(s.as_str()),
+            FieldValue::I64(n) => Json::from(*n),
+            FieldValue::U64(n) => Json::from(*n),
+            FieldValue::F64(n) => Json::from(*n),
+            FieldValue::Bool(b) => Json::from(*b),
         };
         match pair.name.split_once('.') {
             Some((object, member)) => {
@@ -434,8 +436,8 @@ mod tests {
 
     fn about() -> About {
         let about = About { keys: OnceLock::new(), holder: OnceLock::new(), fences: OnceLock::new() };
-        let _ = about.keys.set(vec![Pair::new("key", Value::Str(r#"a\nb "c" \xff"#.into()))]);
-        let _ = about.fences.set(vec![Pair::new("fence", Value::I64(17))]);
+        let _ = about.keys.set(vec![Pair::new("key", FieldValue::Str(r#"a\nb "c" \xff"#.into()))]);
+        let _ = about.fences.set(vec![Pair::new("fence", FieldValue::I64(17))]);
         about
     }
 
@@ -456,12 +458,12 @@ mod tests {
 
     #[test]
     fn a_text_line_is_the_message_then_the_event_s_fields_then_what_it_is_about() {
-        let f = fields("released\nfake", vec![Pair::new("outcome", Value::Str("released".into()))]);
+        let f = fields("released\nfake", vec![Pair::new("outcome", FieldValue::Str("released".into()))]);
         assert_eq!(
             text_line(Level::INFO, &f, &about()),
             "redlock-run: info: released\\nfake outcome=released key=\"a\\\\nb \\\"c\\\" \\\\xff\" fence=17\n"
         );
-        let own = fields("m", vec![Pair::new("key", Value::Str("other".into()))]);
+        let own = fields("m", vec![Pair::new("key", FieldValue::Str("other".into()))]);
         assert_eq!(text_line(Level::WARN, &own, &about()), "redlock-run: warning: m key=other fence=17\n");
     }
 
@@ -470,9 +472,9 @@ mod tests {
         let f = fields(
             "busy",
             vec![
-                Pair::new("exit_status", Value::U64(75)),
-                Pair::new("holder.host", Value::Str("web-1".into())),
-                Pair::new("holder.pid", Value::U64(4711)),
+                Pair::new("exit_status", FieldValue::U64(75)),
+                Pair::new("holder.host", FieldValue::Str("web-1".into())),
+                Pair::new("holder.pid", FieldValue::U64(4711)),
             ],
         );
         let line = json_line(Level::ERROR, &f, &about());

@@ -7,18 +7,18 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::acquire::{Outcome, acquire};
+use crate::acquire::{Acquisition, acquire};
 use crate::child::{Child, LockEnv};
 use crate::config::{Config, OnLost};
 use crate::exit;
 use crate::exit::Error;
-use crate::guardian::{Guard, Ticket};
+use crate::guard::{Guard, Ticket};
 use crate::lock::{Conn, Handover, Holder, Lock, Success};
 use crate::logging;
-use crate::metrics::{self, Outcome as RunOutcome, Report};
+use crate::metrics::{self, Outcome, Report};
 use crate::release::{Gave, release};
 use crate::renew::Renewer;
-use crate::script::Holding;
+use crate::script::ScriptHolder;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
 use crate::sys;
@@ -28,7 +28,7 @@ pub enum Target<'h> {
     /// The command the run starts (`config.command`).
     Command,
     /// The script that ran `redlock-run lock`, which this process holds the lock for.
-    Script(&'h mut Holding),
+    Script(&'h mut ScriptHolder),
 }
 
 pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
@@ -40,12 +40,12 @@ pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
     };
     if report.outcome.is_none() {
         report.outcome = Some(match &result {
-            Ok(_) => RunOutcome::Error,
-            Err(Error::Busy { .. }) => RunOutcome::Busy,
-            Err(Error::Unavailable(_)) => RunOutcome::Unavailable,
-            Err(Error::Interrupted { .. }) => RunOutcome::Interrupted,
-            Err(Error::Spawn { .. }) => RunOutcome::NotRun,
-            Err(_) => RunOutcome::Error,
+            Ok(_) => Outcome::Error,
+            Err(Error::Busy { .. }) => Outcome::Busy,
+            Err(Error::Unavailable(_)) => Outcome::Unavailable,
+            Err(Error::Interrupted { .. }) => Outcome::Interrupted,
+            Err(Error::Spawn { .. }) => Outcome::NotRun,
+            Err(_) => Outcome::Error,
         });
     }
     if let Some(path) = &config.metrics_file {
@@ -98,17 +98,17 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     let outcome = acquire(&mut lock, config, &mut signals, &mut guard, &mut report.queue_position).await;
     report.acquire_wait = Some(wait_started.elapsed());
     let (fences, lease, handed_over, subscription) = match outcome? {
-        Outcome::Acquired { fences, lease, handed_over, subscription } => {
+        Acquisition::Acquired { fences, lease, handed_over, subscription } => {
             (fences, lease, handed_over, subscription)
         }
-        Outcome::AlreadyDone { record } => {
+        Acquisition::AlreadyDone { record } => {
             let done = already_done(config, &record);
             tracing::warn!(reason = "already-succeeded", "skipped: {done}");
-            report.outcome = Some(RunOutcome::Skipped);
+            report.outcome = Some(Outcome::Skipped);
             return Ok(0);
         }
-        Outcome::Unlocked { reason } => {
-            report.outcome = Some(RunOutcome::Unlocked);
+        Acquisition::Unlocked { reason } => {
+            report.outcome = Some(Outcome::Unlocked);
             return run_unlocked(config, &mut signals, &reason, report, guard, target).await;
         }
     };
@@ -145,7 +145,7 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     };
 
     if let Some(subscription) = subscription {
-        // Let go of once the command is under way (see `Outcome::Acquired`).
+        // Let go of once the command is under way (see `Acquisition::Acquired`).
         tokio::spawn(async move {
             tokio::time::sleep(Handover::CONFIRM_AFTER).await;
             drop(subscription);
@@ -216,10 +216,10 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     report.renewal_failures = ended.renewal_failures;
     report.lost = ended.lost;
     report.outcome = Some(match ended.stopped {
-        Some(StopReason::LeaseLost) => RunOutcome::Lost,
-        Some(StopReason::MaxRuntime) => RunOutcome::Timeout,
-        _ if ended.code == 0 => RunOutcome::Success,
-        _ => RunOutcome::Failed,
+        Some(StopReason::LeaseLost) => Outcome::Lost,
+        Some(StopReason::MaxRuntime) => Outcome::Timeout,
+        _ if ended.code == 0 => Outcome::Success,
+        _ => Outcome::Failed,
     });
     Ok(ended.code)
 }

@@ -13,7 +13,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::backoff::full_jitter;
 use crate::config::Config;
 use crate::exit::Error;
-use crate::guardian::Guard;
+use crate::guard::Guard;
 use crate::lock::{Acquired, Holder, Kind, Lease, Lock, Wake, Wakeups, hostname, show_key};
 use crate::signals::Signals;
 use machine::{Action, Context, End, Input, Machine, Rules, Wait};
@@ -22,7 +22,7 @@ use machine::{Action, Context, End, Input, Machine, Rules, Wait};
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);
 
 /// How the wait for the lock ended, when it did not end in an error.
-pub enum Outcome {
+pub enum Acquisition {
     Acquired {
         /// The fence of each key, in the order given.
         fences: Vec<i64>,
@@ -50,7 +50,7 @@ pub async fn acquire(
     signals: &mut Signals,
     guard: &mut Guard,
     queued_at: &mut Option<u64>,
-) -> Result<Outcome, Error> {
+) -> Result<Acquisition, Error> {
     let rules = Rules {
         wait: config.wait,
         kill_grace: config.kill_grace,
@@ -63,7 +63,7 @@ pub async fn acquire(
         outer_keys: config.outer.as_ref().map(|o| o.keys.clone()),
     };
     let mut machine = Machine::new(rules, Box::new(full_jitter), Instant::now());
-    let mut shell = Shell { lock, config, signals, guard, releases: None };
+    let mut shell = Acquirer { lock, config, signals, guard, releases: None };
     let mut actions = Vec::new();
     machine.start(Instant::now(), &mut actions);
     while !actions.is_empty() {
@@ -78,7 +78,7 @@ pub async fn acquire(
 }
 
 /// The real world around the machine: Redis, the subscription, signals, the guardian.
-struct Shell<'a> {
+struct Acquirer<'a> {
     lock: &'a mut Lock,
     config: &'a Config,
     signals: &'a mut Signals,
@@ -86,10 +86,10 @@ struct Shell<'a> {
     releases: Option<Wakeups>,
 }
 
-impl Shell<'_> {
+impl Acquirer<'_> {
     /// Carries out one action; what answers it, if it has an answer.
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
-        let Shell { lock, config, signals, guard, releases } = self;
+        let Acquirer { lock, config, signals, guard, releases } = self;
         match action {
             Action::Subscribe => Some(tokio::select! {
                 r = lock.watch_releases() => Input::Subscribed(r.map(|wakeups| *releases = Some(wakeups))),
@@ -147,15 +147,15 @@ impl Shell<'_> {
         }
     }
 
-    fn finish(&mut self, end: End) -> Result<Outcome, Error> {
+    fn finish(&mut self, end: End) -> Result<Acquisition, Error> {
         let config = self.config;
         let at = |what: &str| format!("{what} at {}{}", self.lock.target(), config.redis.source_note());
         match end {
             End::Acquired { fences, lease, handed_over, .. } => {
-                Ok(Outcome::Acquired { fences, lease, handed_over, subscription: self.releases.take() })
+                Ok(Acquisition::Acquired { fences, lease, handed_over, subscription: self.releases.take() })
             }
-            End::AlreadyDone { record } => Ok(Outcome::AlreadyDone { record }),
-            End::Unlocked { reason } => Ok(Outcome::Unlocked { reason }),
+            End::AlreadyDone { record } => Ok(Acquisition::AlreadyDone { record }),
+            End::Unlocked { reason } => Ok(Acquisition::Unlocked { reason }),
             End::Busy { found, nested } => Err(busy(config, &found, nested.as_deref())),
             End::Interrupted(sig) => Err(Error::interrupted(sig)),
             End::Failed { fault, context } => Err(match context {

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::config::env::{WRAPPER_VARIABLES, vars};
 use crate::exit::{Error, signal_status, status};
-use crate::guardian::Guard;
+use crate::guard::Guard;
 use crate::sys;
 
 pub mod adopted;

@@ -72,7 +72,7 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), env!("REDLOCK_RUN_BUILD
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub action: Option<Action>,
+    pub action: Option<SubcommandArg>,
 
     #[command(flatten)]
     pub run: RunArgs,
@@ -307,7 +307,7 @@ pub enum OnLostArg {
 
 /// Operator subcommands. (A command literally named like one of them runs after `--`.)
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub enum SubcommandArg {
     /// Show who holds the lock; exit 0 when held, 1 when free
     ///
     /// Also since when, the TTL left, the fence and the idempotency records.
@@ -373,7 +373,7 @@ impl<T: Args> Args for Deferred<T> {
 }
 
 /// Adds a subcommand's options after its description was set (from the doc comment of its
-/// variant in [`Action`]), which the doc comments of the option groups would otherwise replace.
+/// variant in [`SubcommandArg`]), which the doc comments of the option groups would otherwise replace.
 fn keeping_about(cmd: clap::Command, augment: fn(clap::Command) -> clap::Command) -> clap::Command {
     let (about, long_about) = (cmd.get_about().cloned(), cmd.get_long_about().cloned());
     let cmd = augment(cmd);

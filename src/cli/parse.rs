@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches};
 
-use super::{Action, Cli, Deferred};
+use super::{Cli, Deferred, SubcommandArg};
 
 /// Why the command line ends without a run: help or the version asked for, or a usage error.
 pub struct Stop(clap::Error);
@@ -87,7 +87,7 @@ impl Cli {
             .with_cmd(&cmd));
         }
         cli.run.kind_from_env = top;
-        if let (Some(Action::Lock(Deferred(lock))), Some(sub)) = (&mut cli.action, sub) {
+        if let (Some(SubcommandArg::Lock(Deferred(lock))), Some(sub)) = (&mut cli.action, sub) {
             lock.run.kind_from_env = sub;
         }
         Ok(cli)
@@ -300,11 +300,11 @@ fn usage_error(e: &clap::Error) -> String {
     let mut tip = if let Some(var) = &from_variable {
         Some(format!("the value comes from the environment: {var}"))
     } else if matches!(arg, "-n" | "-E") || arg.starts_with("-E") {
-        Some(
+        Some(format!(
             "-n and -E are flock(1) flags: redlock-run fails at once when the lock is busy (--wait 0 \
-             is the default) and then exits with --busy-exit-code N (75 by default)"
-                .to_owned(),
-        )
+             is the default) and then exits with --busy-exit-code N ({} by default)",
+            crate::exit::status::BUSY
+        ))
     } else if arg.strip_prefix('-').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())) {
         Some("durations and numbers cannot be negative".to_owned())
     } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {

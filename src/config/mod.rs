@@ -5,22 +5,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Action, Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs, RunArgs};
+use crate::cli::{
+    Cli, Deferred, KeyArg, LogFormatArg, OnLostArg, OutputArgs, RedisArgs, RunArgs, SubcommandArg,
+};
 use crate::exit::Error;
 use crate::lock::KILL_AHEAD;
 use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
 use crate::lock::{Kind, drift};
 
 pub mod env;
-mod keys;
-mod lease;
+mod key_rules;
 mod server;
+mod timing;
 
 use env::*;
-use keys::*;
-pub use lease::MIN_SLACK;
-use lease::*;
+use key_rules::*;
 use server::*;
+pub use timing::MIN_SLACK;
+use timing::*;
 /// What to do when ownership of the lock is lost or can no longer be confirmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnLost {
@@ -99,8 +101,13 @@ impl Invocation {
     pub fn from_cli(cli: Cli) -> Result<Self, Error> {
         match cli.action {
             None => Config::from_run(cli.run, cli.command).map(|c| Invocation::Run(Box::new(c))),
-            Some(Action::Lock(Deferred(a))) => {
+            Some(SubcommandArg::Lock(Deferred(a))) => {
                 let a = *a;
+                let busy = crate::exit::status::BUSY;
+                let busy_zero = format!(
+                    "would let eval succeed without the lock; end the script with 0 when busy instead: || \
+                     {{ s=$?; [ \"$s\" = {busy} ] && exit 0; exit \"$s\"; }}"
+                );
                 for (given, flag, why) in [
                     (
                         a.run.idempotency_key.is_some(),
@@ -119,12 +126,7 @@ impl Invocation {
                         "--no-new-privs",
                         "applies to a command the wrapper starts, and the script runs already",
                     ),
-                    (
-                        a.run.busy_exit_code == 0,
-                        "--busy-exit-code 0",
-                        "would let eval succeed without the lock; end the script with 0 when busy \
-                         instead: || { s=$?; [ \"$s\" = 75 ] && exit 0; exit \"$s\"; }",
-                    ),
+                    (a.run.busy_exit_code == 0, "--busy-exit-code 0", &busy_zero),
                 ] {
                     if given {
                         return Err(usage(format!("lock cannot take {}: it {why}", named(flag))));
@@ -135,14 +137,14 @@ impl Invocation {
                     allow_interactive: a.allow_interactive,
                 })
             }
-            Some(Action::Unlock(Deferred(a))) => Ok(Invocation::Unlock { output: output(&a.output) }),
-            Some(Action::Status(Deferred(a))) => Ok(Invocation::Status {
+            Some(SubcommandArg::Unlock(Deferred(a))) => Ok(Invocation::Unlock { output: output(&a.output) }),
+            Some(SubcommandArg::Status(Deferred(a))) => Ok(Invocation::Status {
                 keys: keys(&a.key, false)?,
                 json: a.json,
                 redis: redis_config(&a.redis, OPERATOR_TIMEOUT, OPERATOR_TIMEOUT, None)?,
                 output: output(&a.output),
             }),
-            Some(Action::Release(Deferred(a))) => {
+            Some(SubcommandArg::Release(Deferred(a))) => {
                 if !a.force {
                     return Err(usage(
                         "release deletes the lock whoever holds it and can let two runs overlap; \

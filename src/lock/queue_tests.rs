@@ -211,11 +211,7 @@ fn exclusive(value: &str) -> bool {
 
 /// As the wrapper calls a script: the lean one first where it fits, the full one when there is
 /// none or the lean one hands the call back.
-fn call(
-    conn: &mut redis::Connection,
-    lean: Option<scripts::Invocation>,
-    full: scripts::Invocation,
-) -> Vec<Value> {
+fn call(conn: &mut redis::Connection, lean: Option<scripts::LuaCall>, full: scripts::LuaCall) -> Vec<Value> {
     if let Some(lean) = lean {
         let reply: Vec<Value> = lean.invoke(conn).expect("the lean script");
         if reply != [Value::Int(scripts::NOT_MINE)] {

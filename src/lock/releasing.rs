@@ -115,7 +115,7 @@ fn release_script<'k>(
     value: &str,
     record: Option<&(Vec<u8>, Duration)>,
     how: &Release,
-) -> scripts::Invocation {
+) -> scripts::LuaCall {
     let mut script = scripts::RELEASE.prepare_invoke();
     for k in keys.clone() {
         script.key(&k.lock).key(&k.fence).key(&k.queue).key(&k.queue_expiry).key(&k.holders);

@@ -10,19 +10,19 @@ use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedi
 /// A script from its helper files and its own file under `lua/`, in that order.
 macro_rules! lua {
     ($($file:literal),+) => {
-        Script::new(concat!($(include_str!(concat!("lua/", $file))),+))
+        Lua::new(concat!($(include_str!(concat!("lua/", $file))),+))
     };
 }
 
 /// A Lua script and its SHA-1, both fixed at compile time.
-pub struct Script {
+pub struct Lua {
     code: &'static str,
     /// Lowercase hex, as Redis writes it.
     hash: [u8; 40],
 }
 
-impl Script {
-    const fn new(code: &'static str) -> Script {
+impl Lua {
+    const fn new(code: &'static str) -> Lua {
         let digest = const_sha1::sha1(code.as_bytes()).as_bytes();
         let mut hash = [0u8; 40];
         let mut i = 0;
@@ -31,16 +31,16 @@ impl Script {
             hash[2 * i + 1] = HEX[(digest[i] & 0xf) as usize];
             i += 1;
         }
-        Script { code, hash }
+        Lua { code, hash }
     }
 
     /// A call of this script, to which keys and arguments are added in order.
-    pub fn prepare_invoke(&'static self) -> Invocation {
-        Invocation { script: self, keys: Vec::new(), args: Vec::new() }
+    pub fn prepare_invoke(&'static self) -> LuaCall {
+        LuaCall { script: self, keys: Vec::new(), args: Vec::new() }
     }
 
     /// A call whose first key is `key`.
-    pub fn key<T: ToRedisArgs>(&'static self, key: T) -> Invocation {
+    pub fn key<T: ToRedisArgs>(&'static self, key: T) -> LuaCall {
         let mut call = self.prepare_invoke();
         call.key(key);
         call
@@ -63,18 +63,18 @@ pub const NOT_MINE: i64 = 4;
 /// A call of the full script, and of the lean one for its common shape when it fits (tried
 /// first; the full one runs only when the lean one answers `{NOT_MINE}`).
 pub struct Call {
-    pub lean: Option<Invocation>,
-    pub full: Invocation,
+    pub lean: Option<LuaCall>,
+    pub full: LuaCall,
 }
 
 /// One call of a script: its keys and arguments.
-pub struct Invocation {
-    script: &'static Script,
+pub struct LuaCall {
+    script: &'static Lua,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 }
 
-impl Invocation {
+impl LuaCall {
     pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         key.write_redis_args(&mut self.keys);
         self
@@ -136,43 +136,43 @@ impl Invocation {
 }
 
 /// Takes every key or none, or queues for them.
-pub static ACQUIRE: Script = lua!("fence.lua", "queue.lua", "holders.lua", "acquire.lua");
+pub static ACQUIRE: Lua = lua!("fence.lua", "queue.lua", "holders.lua", "acquire.lua");
 
 /// [`ACQUIRE`] for one exclusive key, a run that does not queue, no success record.
-pub static ACQUIRE_ONE: Script = lua!("acquire_one.lua");
+pub static ACQUIRE_ONE: Lua = lua!("acquire_one.lua");
 
 /// [`RENEW`] for one exclusive key.
-pub static RENEW_ONE: Script = lua!("renew_one.lua");
+pub static RENEW_ONE: Lua = lua!("renew_one.lua");
 
 /// [`RELEASE`] for one exclusive key, nothing kept, no record, one Redis.
-pub static RELEASE_ONE: Script = lua!("release_one.lua");
+pub static RELEASE_ONE: Lua = lua!("release_one.lua");
 
 /// Extends the lease on every key still ours.
-pub static RENEW: Script = lua!("queue.lua", "holders.lua", "renew.lua");
+pub static RENEW: Lua = lua!("queue.lua", "holders.lua", "renew.lua");
 
 /// Whether every key still holds this run's value; writes nothing.
-pub static HELD: Script = lua!("queue.lua", "held.lua");
+pub static HELD: Lua = lua!("queue.lua", "held.lua");
 
 /// Deletes every key still ours, hands the lock over or wakes waiters.
-pub static RELEASE: Script = lua!("fence.lua", "queue.lua", "holders.lua", "release.lua");
+pub static RELEASE: Lua = lua!("fence.lua", "queue.lua", "holders.lua", "release.lua");
 
 /// A waiter gives up its places in the queues.
-pub static LEAVE: Script = lua!("queue.lua", "leave.lua");
+pub static LEAVE: Lua = lua!("queue.lua", "leave.lua");
 
 /// The operator's snapshot of one key.
-pub static STATUS: Script = lua!("queue.lua", "status.lua");
+pub static STATUS: Lua = lua!("queue.lua", "status.lua");
 
 /// The operator's override.
-pub static FORCE_RELEASE: Script = lua!("queue.lua", "holders.lua", "force_release.lua");
+pub static FORCE_RELEASE: Lua = lua!("queue.lua", "holders.lua", "force_release.lua");
 
 /// Redlock: raises a node's fence counters.
-pub static RAISE_FENCE: Script = lua!("fence.lua", "raise_fence.lua");
+pub static RAISE_FENCE: Lua = lua!("fence.lua", "raise_fence.lua");
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [(&str, &Script); 11] = [
+    const ALL: [(&str, &Lua); 11] = [
         ("acquire", &ACQUIRE),
         ("acquire_one", &ACQUIRE_ONE),
         ("renew", &RENEW),
@@ -218,7 +218,7 @@ mod tests {
             assert_eq!(script.hash(), redis::Script::new(script.code).get_hash());
         }
         assert_eq!(
-            Script::new("return 1").hash(),
+            Lua::new("return 1").hash(),
             "e0e1f9fabfc9d4800c877a703b823ac0578ff8db",
             "SHA-1 of 'return 1' as `redis-cli SCRIPT LOAD` prints it"
         );

@@ -396,7 +396,7 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
 /// The lean acquire's busy answer, run read-only (where Redis runs that while its writes are
 /// paused): `None` when the lock is free (its first write fails) or the call is not of the lean
 /// shape.
-async fn peek(node: &mut Conn, lean: Option<&scripts::Invocation>) -> Option<Vec<Value>> {
+async fn peek(node: &mut Conn, lean: Option<&scripts::LuaCall>) -> Option<Vec<Value>> {
     let reply: Vec<Value> = node.invoke_read_only(lean?).await.ok()?;
     matches!(reply.first(), Some(Value::Int(0))).then_some(reply)
 }

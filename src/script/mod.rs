@@ -27,7 +27,7 @@ use crate::child::{Child, LockEnv};
 use crate::config::env::vars::HOLDER;
 use crate::config::env::{WRAPPER_VARIABLES, vars};
 use crate::exit::{Error, signal_status, status};
-use crate::guardian::Guard;
+use crate::guard::Guard;
 
 /// How long `unlock` waits for its answer: the holder's release is bounded by 3 s.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
@@ -38,7 +38,7 @@ pub type Answer = (u8, String);
 /// Where `lock` stands after [`begin`].
 pub enum Begun {
     /// In the holder, which goes on to take the lock.
-    Holder(Holding),
+    Holder(ScriptHolder),
     /// The `lock` process, done: its status (what it printed, if anything, is printed).
     Done(u8),
 }
@@ -75,7 +75,7 @@ pub fn begin(allow_interactive: bool, keys: &[Vec<u8>]) -> Begun {
             if nix::unistd::getppid() != parent {
                 std::process::exit(status::INTERNAL.into());
             }
-            Begun::Holder(Holding { pid: script.pid, script: Some(script), report: Some(write) })
+            Begun::Holder(ScriptHolder { pid: script.pid, script: Some(script), report: Some(write) })
         }
     }
 }
@@ -186,18 +186,18 @@ fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
         // The script is gone; its holder sees that and releases.
         return status::INTERNAL;
     }
-    0
+    status::SUCCESS
 }
 
 /// The holder, before and while it holds the lock for the script.
-pub struct Holding {
+pub struct ScriptHolder {
     script: Option<Script>,
     pid: Pid,
     /// Where the outcome goes to the `lock` process, until it has gone.
     report: Option<OwnedFd>,
 }
 
-impl Holding {
+impl ScriptHolder {
     pub fn script_pid(&self) -> u32 {
         self.pid.as_raw() as u32
     }

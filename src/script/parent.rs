@@ -63,8 +63,8 @@ pub fn reader() -> Result<Pid, String> {
     for _ in 0..=MAX_SUBSHELLS {
         let process = describe(pid);
         match pipe_end(pid, pipe) {
-            Ok(Some(End::Read)) => return Ok(pid),
-            Ok(Some(End::Write)) => match stat(pid) {
+            Ok(Some(PipeEnd::Read)) => return Ok(pid),
+            Ok(Some(PipeEnd::Write)) => match stat(pid) {
                 Some(s) => pid = s.parent,
                 None => return Err(format!("{process} ended before the lock was taken")),
             },
@@ -95,13 +95,13 @@ pub fn describe(pid: Pid) -> String {
 /// How many subshells may stand between the script and this process.
 const MAX_SUBSHELLS: usize = 4;
 
-enum End {
+enum PipeEnd {
     Read,
     Write,
 }
 
 /// Which end of the pipe with inode `pipe` process `pid` holds: the read end if any.
-fn pipe_end(pid: Pid, pipe: u64) -> std::io::Result<Option<End>> {
+fn pipe_end(pid: Pid, pipe: u64) -> std::io::Result<Option<PipeEnd>> {
     let target = format!("pipe:[{pipe}]");
     let mut end = None;
     for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
@@ -114,9 +114,9 @@ fn pipe_end(pid: Pid, pipe: u64) -> std::io::Result<Option<End>> {
             let flags = info.lines().find_map(|l| l.strip_prefix("flags:")).map(str::trim);
             let flags = flags.and_then(|f| i32::from_str_radix(f, 8).ok()).unwrap_or(0);
             if flags & nix::libc::O_ACCMODE == nix::libc::O_RDONLY {
-                return Ok(Some(End::Read));
+                return Ok(Some(PipeEnd::Read));
             }
-            end = Some(End::Write);
+            end = Some(PipeEnd::Write);
         }
     }
     Ok(end)

@@ -67,7 +67,7 @@ pub async fn supervise(
         None => (None, None),
     };
     let mut machine = Machine::new(rules, lease, Instant::now());
-    let mut shell = Shell { child, signals, reported_exit: false, actions: Vec::new() };
+    let mut shell = Supervisor { child, signals, reported_exit: false, actions: Vec::new() };
 
     let mut guardian_gone = shell.child.guard().gone();
     let mut stop_watch = tokio::time::interval(STOP_WATCH_EVERY);
@@ -183,7 +183,7 @@ fn refusal(machine: &Machine) -> crate::script::Answer {
 const STOP_WATCH_EVERY: Duration = Duration::from_millis(200);
 
 /// The real world around the machine: the command's process group and the wrapper itself.
-struct Shell<'c> {
+struct Supervisor<'c> {
     child: &'c mut Child,
     signals: &'c mut Signals,
     /// The command's exit was given to the machine.
@@ -192,7 +192,7 @@ struct Shell<'c> {
     actions: Vec<Action>,
 }
 
-impl Shell<'_> {
+impl Supervisor<'_> {
     fn feed(&mut self, machine: &mut Machine, input: Input) {
         machine.handle(input, Instant::now(), &mut self.actions);
         self.carry_out(machine);

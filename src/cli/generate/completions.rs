@@ -23,12 +23,12 @@ struct Opt {
     short: Option<char>,
     long: Option<String>,
     help: String,
-    value: Option<Value>,
+    value: Option<ValueKind>,
     repeats: bool,
 }
 
 /// What an option's value can be.
-enum Value {
+enum ValueKind {
     /// One of these words (with their descriptions).
     Words(Vec<(String, String)>),
     /// A path.
@@ -89,15 +89,15 @@ fn level(cmd: &Command, name: &str) -> Level {
                     })
                     .collect();
                 if !words.is_empty() {
-                    Value::Words(words)
+                    ValueKind::Words(words)
                 } else if matches!(
                     a.get_value_hint(),
                     ValueHint::AnyPath | ValueHint::FilePath | ValueHint::DirPath
                 ) {
-                    Value::Path
+                    ValueKind::Path
                 } else {
                     let name = a.get_value_names().and_then(|n| n.first()).map(|n| n.to_string());
-                    Value::Free(name.unwrap_or_else(|| "VALUE".to_owned()))
+                    ValueKind::Free(name.unwrap_or_else(|| "VALUE".to_owned()))
                 }
             });
             Opt {
@@ -198,7 +198,7 @@ pub(super) fn bash(m: &Model) -> String {
             let names: Vec<String> =
                 opt.names().iter().map(|n| format!("{},{n}", sh_quote(&level.name))).collect();
             match &opt.value {
-                Some(Value::Words(words)) => {
+                Some(ValueKind::Words(words)) => {
                     let words: Vec<&str> = words.iter().map(|(w, _)| w.as_str()).collect();
                     out.push_str(&format!(
                         "        {}) COMPREPLY=($(compgen -W {} -- \"$cur\")) ;;\n",
@@ -206,7 +206,7 @@ pub(super) fn bash(m: &Model) -> String {
                         sh_quote(&words.join(" "))
                     ));
                 }
-                Some(Value::Path) => {
+                Some(ValueKind::Path) => {
                     out.push_str(&format!("        {}) _{stem}_files ;;\n", names.join("|")));
                 }
                 _ => {}
@@ -334,13 +334,13 @@ fn zsh_specs(level: &Level) -> String {
         let exclusive = if opt.repeats { "*".to_owned() } else { format!("({})", names.join(" ")) };
         let action = match &opt.value {
             None => String::new(),
-            Some(Value::Words(words)) => {
+            Some(ValueKind::Words(words)) => {
                 let items: Vec<String> =
                     words.iter().map(|(w, h)| format!(r#"{w}\:"{}""#, zsh_quoted(h))).collect();
                 format!(":{}:(({}))", zsh_text(&opt_value_name(opt)), items.join(" "))
             }
-            Some(Value::Path) => format!(":{}:_files", zsh_text(&opt_value_name(opt))),
-            Some(Value::Free(name)) => format!(":{}: ", zsh_text(name)),
+            Some(ValueKind::Path) => format!(":{}:_files", zsh_text(&opt_value_name(opt))),
+            Some(ValueKind::Free(name)) => format!(":{}: ", zsh_text(name)),
         };
         for name in &names {
             let suffix = match (&opt.value, name.starts_with("--")) {
@@ -356,8 +356,8 @@ fn zsh_specs(level: &Level) -> String {
 
 fn opt_value_name(opt: &Opt) -> String {
     match &opt.value {
-        Some(Value::Free(name)) => name.clone(),
-        Some(Value::Path) => "path".to_owned(),
+        Some(ValueKind::Free(name)) => name.clone(),
+        Some(ValueKind::Path) => "path".to_owned(),
         _ => opt.long.clone().unwrap_or_default(),
     }
 }
@@ -549,15 +549,15 @@ complete -c {bin} -n '{stem}_at top' -xa '({stem}_programs)'
             line.push_str(&format!(" -d {}", fish_text(&opt.help)));
             match &opt.value {
                 None => {}
-                Some(Value::Words(words)) => {
+                Some(ValueKind::Words(words)) => {
                     let items: Vec<String> = words
                         .iter()
                         .map(|(w, h)| format!("{w}\\t{}", fish_text(h)).replace(['"', '$'], ""))
                         .collect();
                     line.push_str(&format!(" -xa \"{}\"", items.join("\n")));
                 }
-                Some(Value::Path) => line.push_str(" -rF"),
-                Some(Value::Free(_)) => line.push_str(" -x"),
+                Some(ValueKind::Path) => line.push_str(" -rF"),
+                Some(ValueKind::Free(_)) => line.push_str(" -x"),
             }
             out.push_str(&line);
             out.push('\n');

@@ -151,10 +151,7 @@ impl Conn {
 
     /// Runs a script, connecting first if needed. After a connection-level failure the
     /// connection is dropped so that the next request starts a fresh one.
-    pub async fn invoke<T: FromRedisValue>(
-        &mut self,
-        script: &super::scripts::Invocation,
-    ) -> Result<T, Fault> {
+    pub async fn invoke<T: FromRedisValue>(&mut self, script: &super::scripts::LuaCall) -> Result<T, Fault> {
         self.run(script, false).await
     }
 
@@ -162,14 +159,14 @@ impl Conn {
     /// its writes are paused. Redis 6.2 does not know the command, and an ACL may not allow it.
     pub async fn invoke_read_only<T: FromRedisValue>(
         &mut self,
-        script: &super::scripts::Invocation,
+        script: &super::scripts::LuaCall,
     ) -> Result<T, Fault> {
         self.run(script, true).await
     }
 
     async fn run<T: FromRedisValue>(
         &mut self,
-        script: &super::scripts::Invocation,
+        script: &super::scripts::LuaCall,
         read_only: bool,
     ) -> Result<T, Fault> {
         let result = match self.link().await? {
