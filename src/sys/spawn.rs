@@ -146,7 +146,7 @@ impl GuardianGone {
 
 /// The command's process from the clone to its exec, in the wrapper's memory.
 extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY (whole body): `arg` is the `Handoff` on the suspended wrapper's stack; only
+    // SAFETY: (the whole body) `arg` is the `Handoff` on the suspended wrapper's stack; only
     // async-signal-safe system calls are made, and nothing is allocated or locked.
     unsafe {
         let handoff = &mut *arg.cast::<Handoff>();

@@ -146,6 +146,7 @@ impl Guardian {
         // SAFETY: the child only makes async-signal-safe system calls (close and those of
         // `guard`) and never returns into Rust code that could allocate or lock.
         match unsafe { nix::unistd::fork() }? {
+            // SAFETY: the new process's own copy of the socket pair; `guard` never returns.
             nix::unistd::ForkResult::Child => unsafe {
                 libc::close(socket.as_raw_fd());
                 guard(Fds { socket: theirs.as_raw_fd(), stderr: 2, ticket }, wrapper, open_max, false)

@@ -68,7 +68,7 @@ const CONFIRM_EVERY_NS: i64 = 1_000_000;
 /// Only to be called in a process of its own (exec'd or freshly forked) that holds no other
 /// end of the socket pair; it never returns.
 pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announce: bool) -> ! {
-    // SAFETY (whole block): plain system calls on file descriptors, paths and process ids this
+    // SAFETY: (the whole block) plain system calls on file descriptors, paths and process ids this
     // process owns; all async-signal-safe.
     unsafe {
         // Out of the wrapper's process group, so that signals meant for it pass by.
@@ -193,7 +193,7 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
 unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket: bool, stderr: bool) -> ! {
-    // SAFETY (whole block): plain system calls on a process group and descriptors of its own.
+    // SAFETY: (the whole block) plain system calls on a process group and descriptors of its own.
     unsafe {
         let verdict = match command {
             Some(pid) => {
@@ -284,7 +284,7 @@ fn decimal(n: i64, buf: &mut [u8; 24]) {
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
 unsafe fn group_dead(pgid: i32) -> Verdict {
-    // SAFETY (whole block): plain system calls on paths, buffers and process ids of its own.
+    // SAFETY: (the whole block) plain system calls on paths, buffers and process ids of its own.
     unsafe {
         let until = super::monotonic_ns() + CONFIRM_WITHIN_NS;
         loop {
@@ -328,7 +328,7 @@ enum Members {
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
 unsafe fn members(pgid: i32) -> Members {
-    // SAFETY (whole block): plain system calls on a directory and buffers of its own;
+    // SAFETY: (the whole block) plain system calls on a directory and buffers of its own;
     // getdents64 writes at most `buf.len()` bytes of whole records.
     unsafe {
         let dir = libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
