@@ -192,3 +192,48 @@ impl Error {
 pub fn signal_status(signal: i32) -> u8 {
     status::SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(127))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::status::*;
+
+    /// Every status the wrapper chooses, in the order the table lists them.
+    const CHOSEN: [u8; 11] = [
+        USAGE,
+        WRONG_TYPE,
+        UNAVAILABLE,
+        INTERNAL,
+        BUSY,
+        PERMISSION,
+        CONFIG,
+        MAX_RUNTIME,
+        LEASE_LOST,
+        NOT_EXECUTABLE,
+        NOT_FOUND,
+    ];
+
+    #[test]
+    fn the_table_and_the_summary_name_every_status_and_no_other() {
+        let listed: Vec<u8> = super::TABLE
+            .iter()
+            .flat_map(|(codes, _)| codes.split(" / ").filter_map(|c| c.parse::<u8>().ok()))
+            .collect();
+        assert_eq!(listed, CHOSEN);
+        let summary = super::summary();
+        let said: Vec<u8> =
+            summary.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse::<u8>().ok()).collect();
+        for code in CHOSEN {
+            assert!(said.contains(&code), "--help does not say what {code} means: {summary}");
+        }
+    }
+
+    #[test]
+    fn each_subcommand_table_names_a_status_once_and_starts_with_success() {
+        for table in [super::STATUS_TABLE, super::RELEASE_TABLE, super::LOCK_TABLE, super::UNLOCK_TABLE] {
+            let codes: Vec<_> = table.iter().map(|(code, _)| code).collect();
+            let unique: std::collections::BTreeSet<_> = codes.iter().collect();
+            assert_eq!(codes.len(), unique.len(), "{table:?}");
+            assert_eq!(table[0].0, Some(SUCCESS));
+        }
+    }
+}
