@@ -512,7 +512,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
             let _ = tokio::time::timeout(Duration::from_secs(1), lock.leave_queue()).await;
             // A waiter's death: its place is given back, and a lock handed over to it meanwhile.
             let released = tokio::time::timeout(Duration::from_secs(3), lock.release(keep, false)).await;
-            let handed = matches!(released, Ok(Ok(Released::Deleted | Released::Kept)));
+            let handed = matches!(released, Ok(Ok((Released::Deleted | Released::Kept, _))));
             return tracing::warn!(
                 "the wrapper (pid {wrapper}) died before its command started; its place in the queue{} given back",
                 if handed { " and the lock handed to it were" } else { " was" }

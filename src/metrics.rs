@@ -19,6 +19,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub enum Outcome {
     /// The command ran under the lock and exited 0.
     Success,
+    /// The command succeeded, but its `--idempotency-key` record could not be written or
+    /// confirmed: a later run with the ID will run it again.
+    Unrecorded,
     /// The command ran under the lock and failed.
     Failed,
     /// Someone else held the lock.
@@ -44,8 +47,9 @@ pub enum Outcome {
 impl Outcome {
     /// Every outcome: the metric carries all of them, 1 for the one that happened, so alerts
     /// need no absent() juggling.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Success,
+        Outcome::Unrecorded,
         Outcome::Failed,
         Outcome::Busy,
         Outcome::Skipped,
@@ -61,6 +65,7 @@ impl Outcome {
     pub fn label(self) -> &'static str {
         match self {
             Outcome::Success => "success",
+            Outcome::Unrecorded => "unrecorded",
             Outcome::Failed => "failed",
             Outcome::Busy => "busy",
             Outcome::Skipped => "skipped",
@@ -104,7 +109,7 @@ fn try_write(path: &Path, key: &[u8], report: &Report) -> std::io::Result<()> {
     let label = format!("key=\"{}\"", escape_label(&String::from_utf8_lossy(key)));
     let outcome = report.outcome.unwrap_or(Outcome::Error);
     let last_success = match outcome {
-        Outcome::Success => now,
+        Outcome::Success | Outcome::Unrecorded => now,
         _ => previous_success(path, &label).unwrap_or(0.0),
     };
     let or_nan = |value: Option<f64>| value.unwrap_or(f64::NAN);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use crate::backoff::full_jitter;
-use crate::lock::{Fault, Lock, Released};
+use crate::lock::{Fault, Lock, Recorded, Released};
 
 /// How long the release after the command has ended is retried. A Redis that answers that it
 /// cannot serve it now (TRYAGAIN while a Cluster slot moves) gets tries until then; one that
@@ -28,39 +28,58 @@ pub enum Gave {
     Unknown,
 }
 
+/// What became of the success record of `--idempotency-key`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// None was due: no `--idempotency-key`, or the command did not succeed.
+    NotDue,
+    Written,
+    /// Redis answered, and no node wrote it (why).
+    Failed(String),
+    /// The release was not confirmed, so neither was the record (why).
+    Unconfirmed(String),
+}
+
 /// Releases the lock (or, with `keep`, shortens it to the rest of `--min-hold`), bounded in
-/// time and tries, and reports it as one `released` event. Failure is a warning, never a change
-/// of exit status: the key then expires by itself within the TTL.
+/// time and tries, and reports it as one `released` event; with `succeeded`, writes the
+/// success record in the same request. Failure is a warning, never a change of exit status:
+/// the key then expires by itself within the TTL.
 pub async fn release(
     lock: &mut Lock,
     keep: Duration,
     succeeded: bool,
     acquired: Instant,
     command_status: Option<u8>,
-) -> Gave {
+) -> (Gave, Record) {
+    let due = succeeded && lock.records();
+    let record = |recorded: Recorded| match recorded {
+        _ if !due => Record::NotDue,
+        Ok(()) => Record::Written,
+        Err(why) => Record::Failed(why),
+    };
     let give_up = Instant::now() + RELEASE_BUDGET;
     let mut failure = String::from("timed out");
     let mut unreachable = 0;
     for attempt in 1.. {
         let held_ms = acquired.elapsed().as_millis() as u64;
         match tokio::time::timeout_at(give_up, lock.release(keep, succeeded)).await {
-            Ok(Ok(Released::Deleted)) => {
+            Ok(Ok((Released::Deleted, recorded))) => {
                 tracing::info!(outcome = "released", held_ms, command_status, "released");
-                return Gave::Back;
+                return (Gave::Back, record(recorded));
             }
-            Ok(Ok(Released::Kept)) => {
+            Ok(Ok((Released::Kept, recorded))) => {
                 let keep_ms = keep.as_millis() as u64;
                 tracing::info!(outcome = "kept", held_ms, keep_ms, command_status, "released");
-                return Gave::Back;
+                return (Gave::Back, record(recorded));
             }
-            Ok(Ok(Released::NotOurs)) => {
+            Ok(Ok((Released::NotOurs, recorded))) => {
                 tracing::warn!(
                     outcome = "not-owner",
                     held_ms,
                     command_status,
                     "released: the lock was no longer this run's (expired or taken over); left untouched"
                 );
-                return Gave::NotOurs;
+                return (Gave::NotOurs, record(recorded));
             }
             Ok(Err(fault @ (Fault::Unavailable(_) | Fault::Transient(_)))) => {
                 unreachable += u32::from(matches!(fault, Fault::Unavailable(_)));
@@ -88,5 +107,5 @@ pub async fn release(
         command_status,
         "released: could not confirm the release ({failure}); the lock expires by itself within the TTL"
     );
-    Gave::Unknown
+    (Gave::Unknown, if due { Record::Unconfirmed(failure) } else { Record::NotDue })
 }

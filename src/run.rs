@@ -16,7 +16,7 @@ use crate::guard::{Guard, Ticket};
 use crate::lock::{Conn, Handover, Holder, Lock, Success};
 use crate::logging;
 use crate::metrics::{self, Outcome, Report};
-use crate::release::{Gave, release};
+use crate::release::{Gave, Record, release};
 use crate::renew::Renewer;
 use crate::script::ScriptHolder;
 use crate::signals::Signals;
@@ -162,6 +162,7 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
+    let mut unrecorded = false;
     if ended.survivors {
         // Releasing would let another run start beside processes that still run.
         let lock_state = if ended.lost {
@@ -179,7 +180,22 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
         );
     } else {
         let command_status = ended.command_code.filter(|_| matches!(target, Target::Command));
-        let gave = release(&mut lock, keep, ended.code == 0, acquired, command_status).await;
+        let (gave, record) = release(&mut lock, keep, ended.code == 0, acquired, command_status).await;
+        let id = config.idempotency.as_ref().map(|i| String::from_utf8_lossy(&i.id)).unwrap_or_default();
+        match &record {
+            Record::Failed(why) => tracing::warn!(
+                outcome = "unrecorded",
+                "the success of --idempotency-key {id:?} could not be recorded ({why}): a later run \
+                 with this --idempotency-key will run the command again"
+            ),
+            Record::Unconfirmed(why) => tracing::warn!(
+                outcome = "unrecorded",
+                "the success of --idempotency-key {id:?} could not be confirmed ({why}): a later run \
+                 with this --idempotency-key may run the command again"
+            ),
+            Record::NotDue | Record::Written => {}
+        }
+        unrecorded = matches!(record, Record::Failed(_) | Record::Unconfirmed(_));
         let answer = match gave {
             Gave::Back => (0, String::new()),
             Gave::NotOurs => (
@@ -218,6 +234,7 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     report.outcome = Some(match ended.stopped {
         Some(StopReason::LeaseLost) => Outcome::Lost,
         Some(StopReason::MaxRuntime) => Outcome::Timeout,
+        _ if ended.code == 0 && unrecorded => Outcome::Unrecorded,
         _ if ended.code == 0 => Outcome::Success,
         _ => Outcome::Failed,
     });

@@ -37,7 +37,7 @@ pub use conn::Conn;
 pub use fault::Fault;
 pub use keys::Keys;
 pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
-pub use releasing::Released;
+pub use releasing::{Recorded, Released};
 use settings::Idempotency;
 pub use taking::Acquired;
 pub use values::{Holder, Kind, Success, hostname, rfc3339_ms};
@@ -177,6 +177,11 @@ impl Lock {
     /// master, a Cluster when the keys share a slot). A Redlock quorum does not queue:
     /// independent queues could each put another waiter first, and no one would get a
     /// majority; nor do keys in several slots of a Cluster, which no one script can queue for.
+    /// Whether a release after a success writes a success record (`--idempotency-key`).
+    pub fn records(&self) -> bool {
+        self.record.is_some()
+    }
+
     pub fn queues(&self) -> bool {
         self.nodes.len() == 1 && self.groups.len() == 1
     }

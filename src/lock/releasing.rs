@@ -14,11 +14,15 @@ pub enum Released {
     NotOurs,
 }
 
+/// Whether the success record of `--idempotency-key` was written with a release that found it
+/// due: `Err` says why no node wrote it.
+pub type Recorded = Result<(), String>;
+
 impl Lock {
     /// Deletes every key on every node where it still holds our value and tells waiters — or,
     /// with `keep`, lets it live that much longer (`--min-hold`). With `succeeded` and
-    /// `--idempotency-key`, records the success in the same round trip.
-    pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<Released, Fault> {
+    /// `--idempotency-key`, records the success in the same round trip (see [`Recorded`]).
+    pub async fn release(&mut self, keep: Duration, succeeded: bool) -> Result<(Released, Recorded), Fault> {
         let all = 0..self.groups.len();
         self.release_groups(all, keep, succeeded).await
     }
@@ -28,7 +32,7 @@ impl Lock {
         groups: std::ops::Range<usize>,
         keep: Duration,
         succeeded: bool,
-    ) -> Result<Released, Fault> {
+    ) -> Result<(Released, Recorded), Fault> {
         // Only a queue hands over.
         let grant = if self.queues() { self.grant } else { Duration::ZERO };
         let Lock { nodes, keys, groups: all, value, record, ttl, kind, queued, .. } = self;
@@ -61,21 +65,32 @@ impl Lock {
         let scripts = &scripts;
         let answers = futures_util::future::join_all(nodes.iter_mut().map(|node| async move {
             let mut outcome = None;
+            let mut recorded = Ok(());
             for script in scripts {
-                let got = release_on(node, script).await?;
+                let (got, record) = release_on(node, script).await?;
                 outcome = Some(outcome.map_or(got, |o| merge(o, got)));
+                recorded = recorded.and(record);
             }
-            outcome.ok_or_else(|| Fault::Internal("no key to release".into()))
+            Ok((outcome.ok_or_else(|| Fault::Internal("no key to release".into()))?, recorded))
         }))
         .await;
         let mut faults = Vec::new();
         let mut outcome = None;
+        // Written if any node wrote it: a run finds the record on any node it asks.
+        let mut recorded = Err(String::new());
         for answer in answers {
             match answer {
-                Ok(Released::Deleted) => outcome = Some(Released::Deleted),
-                Ok(Released::Kept) if outcome != Some(Released::Deleted) => outcome = Some(Released::Kept),
-                Ok(r) => {
-                    outcome.get_or_insert(r);
+                Ok((released, record)) => {
+                    recorded = recorded.or(record);
+                    match released {
+                        Released::Deleted => outcome = Some(Released::Deleted),
+                        Released::Kept if outcome != Some(Released::Deleted) => {
+                            outcome = Some(Released::Kept)
+                        }
+                        r => {
+                            outcome.get_or_insert(r);
+                        }
+                    }
                 }
                 Err(f) => faults.push(f),
             }
@@ -85,7 +100,7 @@ impl Lock {
         if !faults.is_empty() {
             return Err(fault::worst(faults));
         }
-        outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))
+        Ok((outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))?, recorded))
     }
 }
 
@@ -135,14 +150,12 @@ fn release_script<'k>(
     script
 }
 
-async fn release_on(node: &mut Conn, script: &Call) -> Result<Released, Fault> {
+async fn release_on(node: &mut Conn, script: &Call) -> Result<(Released, Recorded), Fault> {
     let reply = call(node, script).await?;
-    match reply.first() {
-        Some(Value::Int(0)) | None => {}
-        error => {
-            tracing::warn!("could not record the success of --idempotency-key: {}", replies::text(error))
-        }
-    }
+    let recorded = match reply.first() {
+        Some(Value::Int(0)) | None => Ok(()),
+        error => Err(format!("{} answered: {}", node.target, replies::text(error))),
+    };
     let outcomes =
         reply.get(1..).filter(|o| !o.is_empty()).ok_or_else(|| replies::unexpected("release", &reply))?;
     let mut merged = None;
@@ -155,5 +168,5 @@ async fn release_on(node: &mut Conn, script: &Call) -> Result<Released, Fault> {
         };
         merged = Some(merged.map_or(got, |m| merge(m, got)));
     }
-    Ok(merged.expect("not empty"))
+    Ok((merged.expect("not empty"), recorded))
 }

@@ -4,6 +4,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::fault::{FaultProxy, Mode};
 use crate::support::sentinel::Sentinel;
 use crate::support::*;
 use nix::sys::signal::{Signal, kill};
@@ -220,6 +221,91 @@ fn idempotency_key_runs_once_per_id() {
     assert!(!redis.exists(b"{lock:daily}:done:2026-12-01"), "a failure records nothing");
     assert_eq!(job("2026-12-01", 0).code, 0);
     assert_eq!(runs(), 3, "the next run ran");
+}
+
+/// A success whose record no node confirmed says so by name, with its own outcome, and keeps
+/// the command's status: a later run with the ID runs the command again.
+#[test]
+fn a_success_whose_record_cannot_be_confirmed_is_reported_unrecorded() {
+    let redis = RedisServer::start();
+    let proxy = FaultProxy::start(redis.port);
+    let dir = tmp();
+    let (count, go, metrics) = (file(&dir, "count"), file(&dir, "go"), file(&dir, "metrics"));
+    let job = |url: &str| {
+        let mut cmd = redlock_at(url);
+        // A short lease, so that the lock the first run could not release is soon gone.
+        cmd.args([
+            "-k",
+            "lock:unrecorded",
+            "--ttl",
+            "2s",
+            "--wait",
+            "20s",
+            "--idempotency-key",
+            "2026-12-04",
+        ])
+        .arg("--metrics-file")
+        .arg(&metrics)
+        .args(["--", "sh", "-c", "echo x >> \"$COUNT\"; until [ -e \"$GO\" ]; do sleep 0.02; done"])
+        .env("COUNT", &count)
+        .env("GO", &go);
+        cmd
+    };
+    let runs = || std::fs::read_to_string(&count).unwrap_or_default().lines().count();
+    let child =
+        job(&proxy.url()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(wait_until(LIMIT, || runs() == 1), "the command started");
+    // Redis stays, the way to it goes: the release and the record cannot be confirmed.
+    proxy.set(Mode::Reset);
+    std::fs::write(&go, "").unwrap();
+    let out = wait_output(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the command's status: {stderr}");
+    assert!(
+        stderr.contains("--idempotency-key \"2026-12-04\" could not be confirmed")
+            && stderr.contains("may run the command again"),
+        "{stderr}"
+    );
+    let series = std::fs::read_to_string(&metrics).unwrap();
+    assert!(series.contains("outcome=\"unrecorded\"} 1"), "{series}");
+    assert!(series.contains("outcome=\"success\"} 0"), "{series}");
+    assert!(!redis.exists(b"{lock:unrecorded}:done:2026-12-04"));
+    let again = run(&mut job(&redis.url()), LIMIT);
+    assert_eq!((again.code, runs()), (0, 2), "ran again: {}", again.stderr);
+    assert!(redis.exists(b"{lock:unrecorded}:done:2026-12-04"), "recorded this time");
+}
+
+/// A record Redis refused to write (out of memory, where the release's deletes still go
+/// through) is reported as not written.
+#[test]
+fn a_success_whose_record_redis_refused_is_reported_unrecorded() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (started, go) = (file(&dir, "started"), file(&dir, "go"));
+    let child = redlock(&redis)
+        .args(["-k", "lock:norecord", "--idempotency-key", "d1", "--", "sh", "-c"])
+        .arg("touch \"$STARTED\"; until [ -e \"$GO\" ]; do sleep 0.02; done")
+        .env("STARTED", &started)
+        .env("GO", &go)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(LIMIT, || started.exists()), "the command started");
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
+    std::fs::write(&go, "").unwrap();
+    let out = wait_output(child, LIMIT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("--idempotency-key \"d1\" could not be recorded") && stderr.contains("OOM"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("will run the command again"), "{stderr}");
+    assert!(!redis.exists(b"{lock:norecord}:done:d1"));
+    assert!(!redis.exists(b"lock:norecord"), "released all the same");
 }
 
 #[test]

@@ -17,6 +17,7 @@ fn every_series() -> Vec<String> {
     let one = |name: &str| format!("{name}{{key=\"{KEY}\"}}");
     let mut all: Vec<String> = [
         "success",
+        "unrecorded",
         "failed",
         "busy",
         "skipped",
