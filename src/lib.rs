@@ -32,6 +32,9 @@ use std::process::ExitCode;
 
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
 pub fn main() -> ExitCode {
+    // Nothing of this process under /proc (its environment, the ticket's memory file) is for
+    // the command, which runs as the same user; its exec makes the command dumpable again.
+    let _ = nix::sys::prctl::set_dumpable(false);
     // A run's guardian process is this program exec'd anew, and so is the releaser a guardian
     // starts once its wrapper has died.
     if let Some(job) = sys::guardian_role() {

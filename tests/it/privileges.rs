@@ -325,3 +325,55 @@ fn a_killed_wrapper_whose_command_cannot_be_confirmed_dead_leaves_its_lock_to_ex
         redis.cmd::<()>(&[b"DEL", b"lock:eperm-crash"]);
     }
 }
+
+/// A command of the wrapper's own user reads nothing under /proc that holds the password: not
+/// the wrapper's or its guardian's environment (where a Kubernetes Secret puts it), nor the
+/// release's ticket they keep in a memory file. Both are made non-dumpable.
+#[test]
+fn the_command_finds_no_password_under_proc() {
+    const PASSWORD: &str = "S3cretPw-4711";
+    let Some(stage) = Stage::new() else { return };
+    let redis = RedisServer::start();
+    redis.cmd::<()>(&[
+        b"ACL",
+        b"SETUSER",
+        b"job",
+        b"on",
+        format!(">{PASSWORD}").as_bytes(),
+        b"~*",
+        b"&*",
+        b"+@all",
+    ]);
+    let seen = stage.path("seen");
+    // Every file of every process the command can read, the memory files behind descriptors
+    // among them (not pipes or sockets, which would block).
+    let look = r#"for p in /proc/[0-9]*; do
+        cat "$p/environ" "$p/cmdline" 2>/dev/null
+        for f in "$p"/fd/*; do [ -f "$f" ] && cat "$f" 2>/dev/null; done
+    done > "$SEEN"; exit 0"#;
+    let out = wait_output(
+        Command::new(stage.path("redlock-run"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("REDLOCK_REDIS_URL", format!("redis://job@127.0.0.1:{}", redis.port))
+            .env("REDLOCK_PASSWORD", PASSWORD)
+            .env("SEEN", &seen)
+            .args(["-k", "lock:proc", "--", "sh", "-c", look])
+            .current_dir(stage.dir.path())
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+        LIMIT,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = std::fs::read(&seen).unwrap();
+    assert!(seen.len() > 1000, "the command read /proc: {} bytes", seen.len());
+    assert!(
+        !seen.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()),
+        "the password is readable under /proc"
+    );
+}
