@@ -68,6 +68,19 @@ pub(super) fn keys(arg: &KeyArg, for_run: bool) -> Result<Vec<Vec<u8>>, Error> {
         keys.push(raw.to_vec());
         names.push(mine);
     }
+    // Checked once every key is known: a pair of keys given together has its own message.
+    for raw in keys.iter().filter(|_| for_run) {
+        if let Some((lock, what)) = crate::lock::Keys::stored_next_to(raw) {
+            let show = crate::lock::show_key;
+            return Err(usage(format!(
+                "{} {} is the {what} of the lock {}, stored next to that key: it would be read as \
+                 held or busy; choose a key of its own",
+                named("--key"),
+                show(raw),
+                show(&lock)
+            )));
+        }
+    }
     let total = keys.iter().map(|k| k.len() + 1).sum::<usize>() - 1;
     if total > MAX_KEY_LEN {
         return Err(usage(format!(

@@ -56,6 +56,37 @@ impl Keys {
         (!candidate.is_empty() && Keys::new(candidate).prefix == self.prefix).then(|| candidate.to_vec())
     }
 
+    /// The lock key, if any, that `key` is stored next to, and what it is there: a run on such a
+    /// key would take that lock's fence counter, queue or success record for a lock of its own.
+    /// Of twins (`a` and `{a}`), the plain one.
+    pub fn stored_next_to(key: &[u8]) -> Option<(Vec<u8>, &'static str)> {
+        const STORED: [(&[u8], &str); 5] = [
+            (b":fence", "fence counter"),
+            (b":queue:expiry", "queue's expiry times"),
+            (b":queue:seq", "queue's arrival counter"),
+            (b":queue", "queue"),
+            (b":holders", "holders' fences"),
+        ];
+        let records = (0..key.len())
+            .filter(|&at| key[at..].starts_with(b":done:"))
+            .map(|at| (&key[..at], "success record"));
+        let stored = STORED.iter().filter_map(|(suffix, what)| Some((key.strip_suffix(*suffix)?, *what)));
+        for (prefix, what) in stored.chain(records) {
+            // The keys whose names start with `prefix`: `a` for `{a}`, `a}b` for `{tag}a}b`,
+            // and a key with a hash tag of its own for itself.
+            let inner = prefix.strip_prefix(b"{").and_then(|rest| {
+                let close = rest.iter().position(|&b| b == b'}')?;
+                Some(if close + 1 == rest.len() { &rest[..close] } else { &rest[close + 1..] })
+            });
+            for lock in inner.into_iter().chain([prefix]) {
+                if !lock.is_empty() && slot_prefix(lock) == prefix {
+                    return Some((lock.to_vec(), what));
+                }
+            }
+        }
+        None
+    }
+
     /// Whether `key` is one of the keys stored next to the lock (a success record included).
     pub fn stores(&self, key: &[u8]) -> bool {
         [&self.fence, &self.queue, &self.queue_expiry, &self.queue_seq, &self.holders]
@@ -192,6 +223,42 @@ mod tests {
 
     /// Two different keys share their stored names exactly when one is the other's twin, which
     /// a run refuses (`config`): over every key of up to four bytes of `a`, `{`, `}`, `2`.
+    #[test]
+    fn a_key_stored_next_to_a_lock_names_that_lock() {
+        for lock in [&b"job"[..], b"lock:{job}", b"a}b", b"{x}"] {
+            let k = Keys::new(lock);
+            for (name, what) in [
+                (k.fence.clone(), "fence counter"),
+                (k.queue.clone(), "queue"),
+                (k.queue_expiry.clone(), "queue's expiry times"),
+                (k.queue_seq.clone(), "queue's arrival counter"),
+                (k.holders.clone(), "holders' fences"),
+                (k.record(b"2026-12-04"), "success record"),
+                (k.record(b"a:done:b"), "success record"),
+            ] {
+                let (owner, said) = Keys::stored_next_to(&name).expect("found");
+                assert_eq!(said, what, "{}", name.escape_ascii());
+                assert_eq!(
+                    Keys::new(&owner).fence,
+                    k.fence,
+                    "{} -> {}",
+                    name.escape_ascii(),
+                    owner.escape_ascii()
+                );
+            }
+        }
+        assert_eq!(
+            Keys::stored_next_to(b"{job}:fence").map(|(l, _)| l),
+            Some(b"job".to_vec()),
+            "the plain twin"
+        );
+        for key in
+            [&b"job"[..], b"lock:fence", b"lock:done:x", b"{job}", b":fence", b"{}:fence", b"lock:{}:fence"]
+        {
+            assert_eq!(Keys::stored_next_to(key), None, "{}", key.escape_ascii());
+        }
+    }
+
     #[test]
     fn only_twins_share_their_stored_names() {
         let mut all: Vec<Vec<u8>> = vec![Vec::new()];

@@ -195,6 +195,12 @@ fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several
         // Another lock's names start with these: the two would share a queue and a fence.
         (&["{a}"][..], r#"--key "{a}" would share its queue and its fence with the lock "a""#),
         (&["{21364}a}"][..], r#"with the lock "a}""#),
+        // Another lock's stored names: taken as a lock of its own, each reads as held or busy.
+        (&["{a}:fence"][..], r#"--key "{a}:fence" is the fence counter of the lock "a""#),
+        (&["lock:{a}:queue"][..], r#"is the queue of the lock "lock:{a}""#),
+        (&["{a}:queue:expiry"][..], r#"is the queue's expiry times of the lock "a""#),
+        (&["{a}:holders"][..], r#"is the holders' fences of the lock "a""#),
+        (&["{a}:done:2026-12-04"][..], r#"is the success record of the lock "a""#),
     ] {
         let r = run(redlock(&redis).args(keys_args(keys)).args(["--", "true"]), LIMIT);
         assert_eq!(r.code, 64, "{keys:?}: {}", r.stderr);
