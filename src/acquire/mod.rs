@@ -149,7 +149,11 @@ impl Acquirer<'_> {
 
     fn finish(&mut self, end: End) -> Result<Acquisition, Error> {
         let config = self.config;
-        let at = |what: &str| format!("{what} at {}{}", self.lock.target(), config.redis.source_note());
+        let at = |what: &str| match self.lock.nodes() {
+            1 => format!("{what} at {}{}", self.lock.target(), config.redis.source_note()),
+            // The fault names the nodes that failed.
+            n => format!("{what}: not a majority of the {n} nodes"),
+        };
         match end {
             End::Acquired { fences, lease, handed_over, .. } => {
                 Ok(Acquisition::Acquired { fences, lease, handed_over, subscription: self.releases.take() })

@@ -39,6 +39,19 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// The same class of fault, saying `message`.
+    pub fn with_message(self, message: String) -> Fault {
+        match self {
+            Fault::Unavailable(_) => Fault::Unavailable(message),
+            Fault::Transient(_) => Fault::Transient(message),
+            Fault::Denied(_) => Fault::Denied(message),
+            Fault::WrongType(_) => Fault::WrongType(message),
+            Fault::Config(_) => Fault::Config(message),
+            Fault::Failed(_) => Fault::Failed(message),
+            Fault::Internal(_) => Fault::Internal(message),
+        }
+    }
+
     pub fn from_redis(err: &RedisError) -> Self {
         let text = err.to_string();
         if let Some(tls) = tls_failure(err) {

@@ -103,6 +103,10 @@ pub struct Lock {
     /// This run waited in a queue: others are likely queued behind it, for its release to
     /// hand the lock to, which only the full script does.
     queued: bool,
+    /// By node: whether it may hold the lock (granted it, did not answer in time, or was never
+    /// asked by this process). A Redlock node that refused or could not be reached when the
+    /// lock was taken holds nothing for the release to give back.
+    may_hold: Vec<bool>,
 }
 
 impl Lock {
@@ -118,6 +122,7 @@ impl Lock {
         let keys: Vec<Keys> = keys.iter().map(|k| Keys::new(k)).collect();
         let record = idempotency.map(|i| (keys[0].record(&i.id), i.ttl));
         let value = Holder::this_process(kind)?.value();
+        let nodes_len = nodes.len();
         let cluster = nodes.len() == 1 && nodes[0].is_cluster();
         let groups = groups(&keys, cluster);
         Ok(Lock {
@@ -132,6 +137,7 @@ impl Lock {
             grant: Duration::ZERO,
             seen: None,
             queued: false,
+            may_hold: vec![true; nodes_len],
         })
     }
 
@@ -221,6 +227,11 @@ impl Lock {
     /// A short prefix of the token, safe to log.
     pub fn token_prefix(&self) -> &str {
         &self.value[..8]
+    }
+
+    /// How many nodes hold the lock (more than one: a Redlock quorum).
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
     }
 
     /// Where the lock lives, for messages.

@@ -35,7 +35,7 @@ impl Lock {
     ) -> Result<(Released, Recorded), Fault> {
         // Only a queue hands over.
         let grant = if self.queues() { self.grant } else { Duration::ZERO };
-        let Lock { nodes, keys, groups: all, value, record, ttl, kind, queued, .. } = self;
+        let Lock { nodes, keys, groups: all, value, record, ttl, kind, queued, may_hold, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
         let cluster = nodes[0].is_cluster();
@@ -63,16 +63,26 @@ impl Lock {
             })
             .collect();
         let scripts = &scripts;
-        let answers = futures_util::future::join_all(nodes.iter_mut().map(|node| async move {
-            let mut outcome = None;
-            let mut recorded = Ok(());
-            for script in scripts {
-                let (got, record) = release_on(node, script).await?;
-                outcome = Some(outcome.map_or(got, |o| merge(o, got)));
-                recorded = recorded.and(record);
-            }
-            Ok((outcome.ok_or_else(|| Fault::Internal("no key to release".into()))?, recorded))
-        }))
+        let answers = futures_util::future::join_all(nodes.iter_mut().zip(may_hold.iter()).map(
+            |(node, &may_hold)| async move {
+                let mut outcome = None;
+                let mut recorded = Ok(());
+                for script in scripts {
+                    let (got, record) = match release_on(node, script).await {
+                        Ok(got) => got,
+                        // A node that never held the lock has nothing to give back.
+                        Err(f) if !may_hold => {
+                            tracing::debug!("release: {} (which never held the lock): {f}", node.target);
+                            (Released::NotOurs, Err(format!("{} never held the lock", node.target)))
+                        }
+                        Err(f) => return Err(f),
+                    };
+                    outcome = Some(outcome.map_or(got, |o| merge(o, got)));
+                    recorded = recorded.and(record);
+                }
+                Ok((outcome.ok_or_else(|| Fault::Internal("no key to release".into()))?, recorded))
+            },
+        ))
         .await;
         let mut faults = Vec::new();
         let mut outcome = None;

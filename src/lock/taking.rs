@@ -131,6 +131,8 @@ impl Lock {
         // The first key's fence counter, as the busy answers found it.
         let mut new_seen = None;
         let mut faults: Vec<Fault> = Vec::new();
+        // Which nodes failed, and how, for a quorum's message.
+        let mut failed: Vec<(usize, String)> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
             match answer {
@@ -151,7 +153,10 @@ impl Lock {
                     queued = Some(Acquired::Queued { key, first, position })
                 }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
-                Err(f) => faults.push(f),
+                Err(f) => {
+                    failed.push((i, f.to_string()));
+                    faults.push(f);
+                }
             }
             // Stop at once when a majority can no longer grant. Once it has granted, the other
             // nodes still get their answer in (each is bounded by the per-node timeout): a lock
@@ -170,6 +175,10 @@ impl Lock {
         let granted = granted_by.len();
         if granted >= quorum && done.is_none() {
             if n == 1 || self.raise_fences(g, &granted_by, &fences).await >= quorum {
+                // A node that did not answer in time may still carry out the request.
+                for (i, may_hold) in self.may_hold.iter_mut().enumerate() {
+                    *may_hold = granted_by.contains(&i) || self.nodes[i].unanswered();
+                }
                 return Ok(Acquired::Yes { fences, lease: Lease::new(sent, self.ttl) });
             }
             faults.push(Fault::Unavailable("could not raise the fence counter on a majority".into()));
@@ -200,7 +209,17 @@ impl Lock {
                 other => other,
             });
         }
-        Err(fault::worst(faults))
+        let worst = fault::worst(faults);
+        if n == 1 || failed.is_empty() {
+            return Err(worst);
+        }
+        // A quorum: which nodes failed and how many answered, not every node as unreachable.
+        failed.sort();
+        let answered = n - failed.len();
+        let nodes: Vec<String> =
+            failed.iter().map(|(i, why)| format!("{}: {why}", self.nodes[*i].target)).collect();
+        let why = format!("{answered} of {n} nodes answered, {quorum} needed; {}", nodes.join("; "));
+        Err(worst.with_message(why))
     }
 
     /// Redlock: raises the fence counters of group `g`'s keys on the nodes that granted to the

@@ -38,6 +38,8 @@ fn one_node_down_or_frozen_does_not_matter() {
     let r = run(quorum(&nodes).args(["-k", "lock:down1", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    // The node that was down never held the lock: nothing to confirm there.
+    assert!(!r.stderr.contains("could not confirm"), "{}", r.stderr);
 
     let nodes = self::nodes(3);
     nodes[1].freeze();
@@ -57,6 +59,11 @@ fn two_of_three_down_is_unavailable_and_leaves_nothing() {
     let marker = file(&dir, "ran");
     let r = run(quorum(&nodes).args(["-k", "lock:down2", "--", "touch"]).arg(&marker), LIMIT);
     assert_eq!(r.code, 69, "{}", r.stderr);
+    // The live node answered: the message names the two that failed, and how many answered.
+    let (up, down) = (nodes[2].url(), [nodes[0].url(), nodes[1].url()]);
+    assert!(r.stderr.contains("1 of 3 nodes answered, 2 needed"), "{}", r.stderr);
+    assert!(down.iter().all(|d| r.stderr.contains(&format!("{d}: "))), "{}", r.stderr);
+    assert!(!r.stderr.contains(&format!("{up}: ")) && !r.stderr.contains(&format!("{up},")), "{}", r.stderr);
     assert!(!marker.exists(), "nothing ran");
     assert!(!nodes[2].exists(b"lock:down2"), "nothing left behind on the live node");
 

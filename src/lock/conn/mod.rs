@@ -472,6 +472,11 @@ impl Conn {
             .then(|| Fault::Transient(fault::MAX_CLIENTS.into()))
     }
 
+    /// Whether the last request was sent and got no reply in time: Redis may have carried it out.
+    pub fn unanswered(&self) -> bool {
+        self.timed_out
+    }
+
     /// Classifies a reply. A plaintext connection reset at its first request is checked for a
     /// TLS port, so that the mistake is reported as such instead of retried.
     async fn answered<T>(&mut self, result: Result<T, RedisError>) -> Result<T, Fault> {
