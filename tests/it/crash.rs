@@ -190,3 +190,39 @@ fn a_wrapper_stopped_alone_cannot_outlive_its_lease() {
     );
     assert_eq!(wait_bounded(&mut first, LIMIT).code(), Some(125));
 }
+
+/// Where this program cannot be run again once the wrapper died (here: its file lost its run
+/// bit; under an emulator without binfmt, /proc/self/exe is the emulator), the guardian still
+/// kills the group, and says that the lock expires by itself and why.
+#[test]
+fn a_guardian_that_cannot_run_the_releaser_says_why_and_leaves_the_lock_to_expire() {
+    use std::os::unix::fs::PermissionsExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let copy = file(&dir, "redlock-run");
+    std::fs::copy(bin(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pidfile = file(&dir, "pid");
+    let mut cmd = std::process::Command::new(&copy);
+    default_signals(&mut cmd);
+    let mut wrapper = cmd
+        .env_remove("REDLOCK_TTL")
+        .args(["--redis-url", &redis.url(), "-k", "lock:noexec", "--"])
+        .args(["sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
+        .env("PIDFILE", &pidfile)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGKILL).unwrap();
+    wrapper.wait().unwrap();
+    assert!(wait_until(AT_ONCE, || group_members(pid).is_empty()), "the command was killed");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(wrapper.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("could not be run again to release it (execve of /proc/self/exe: errno 13)"),
+        "{stderr}"
+    );
+    assert!(redis.exists(b"lock:noexec"), "left to expire");
+}

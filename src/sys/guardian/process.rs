@@ -208,7 +208,13 @@ unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket
             // Returns only if the exec failed.
             release(wrapper, acquired, verdict);
             if stderr && confirmed {
-                say(b"redlock-run: the wrapper died; its lock cannot be released early (no /proc/self/exe) and expires by itself\n");
+                // Where this program cannot be run again (an emulator without binfmt runs it:
+                // /proc/self/exe is the emulator), or the system refused a process.
+                let mut errno = [0u8; 24];
+                let len = decimal(i64::from(*libc::__errno_location()), &mut errno);
+                say(b"redlock-run: the wrapper died; its lock cannot be released early, since this program could not be run again to release it (execve of /proc/self/exe: errno ");
+                say(&errno[..len]);
+                say(b"), and expires by itself\n");
             }
         }
         if stderr && !confirmed {
@@ -255,8 +261,8 @@ unsafe fn release(wrapper: i32, acquired: i64, verdict: Verdict) {
     }
 }
 
-/// Writes `n` in decimal, NUL-terminated, into `buf`, without allocating.
-fn decimal(n: i64, buf: &mut [u8; 24]) {
+/// Writes `n` in decimal, NUL-terminated, into `buf`, without allocating; returns its length.
+fn decimal(n: i64, buf: &mut [u8; 24]) -> usize {
     let mut digits = [0u8; 20];
     let (mut m, mut len) = (n.unsigned_abs(), 0);
     loop {
@@ -276,6 +282,7 @@ fn decimal(n: i64, buf: &mut [u8; 24]) {
         buf[at + i] = digits[len - 1 - i];
     }
     buf[at + len] = 0;
+    at + len
 }
 
 /// Whether every process of group `pgid` is dead (gone, or a zombie) after SIGKILL, looking
