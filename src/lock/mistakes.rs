@@ -162,10 +162,13 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
 }
 
-/// `EVALSHA` in "… unknown command 'EVALSHA', with args beginning with: …".
+/// `EVALSHA` in "… unknown command 'EVALSHA', with args beginning with: …" (Redis 6.2 quotes
+/// it with backticks).
 fn unknown_command(text: &str) -> Option<&str> {
-    let (_, rest) = text.split_once("unknown command '")?;
-    Some(rest.split_once('\'').map_or(rest, |(command, _)| command))
+    let (_, rest) = text.split_once("unknown command ")?;
+    let quote = rest.chars().next().filter(|q| matches!(q, '\'' | '`'))?;
+    let rest = &rest[1..];
+    Some(rest.split_once(quote).map_or(rest, |(command, _)| command))
 }
 
 // A minimal TLS 1.2 ClientHello: one ECDHE suite; any TLS server answers with a handshake
@@ -238,5 +241,16 @@ mod tests {
             usize::from(u16::from_be_bytes([hello[ext_start], hello[ext_start + 1]])),
             hello.len() - ext_start - 2
         );
+    }
+
+    #[test]
+    fn an_unknown_command_is_read_in_either_servers_quotes() {
+        for text in [
+            "ERR unknown command 'EVALSHA', with args beginning with: 'abc' '0'",
+            "ERR unknown command `EVALSHA`, with args beginning with: `abc`, `0`, ",
+        ] {
+            assert_eq!(super::unknown_command(text), Some("EVALSHA"), "{text}");
+        }
+        assert_eq!(super::unknown_command("ERR wrong number of arguments"), None);
     }
 }

@@ -272,7 +272,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
         // Never the unreachable Redis `--fail-open` runs the command without. The lean acquire
         // reads before it writes: run read-only, it still finds a holder.
         Err(Fault::Unavailable(_)) if node.answers_while_unanswered(&keys[0].lock).await => {
-            match peek(node, acquire.lean.as_ref()).await {
+            match peek(node, acquire.lean.as_ref(), keys[0], value).await {
                 Some(busy) => busy,
                 None => {
                     return Err(Fault::Transient(
@@ -388,11 +388,15 @@ fn position(reply: Option<&Value>) -> Option<u64> {
 /// out of memory or read-only, the counter at its maximum, or not a counter at all.
 fn fence_fault(keys: &Keys, error: &str) -> Fault {
     let fence = show_key(&keys.fence);
-    let code = error.split_whitespace().next().unwrap_or_default();
+    // The error's code: its first word, after the `@user_script: 24: -` Redis 6.2 puts before
+    // the error of a command inside a script.
+    let code = error
+        .split_whitespace()
+        .map(|w| w.trim_start_matches('-'))
+        .find(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase()))
+        .unwrap_or_default();
     // Valkey words a script's ACL refusal "ERR ACL failure in script: … no permissions to run …".
-    if error.starts_with("NOPERM")
-        || error.contains("can't run this command")
-        || error.contains("no permissions to run")
+    if code == "NOPERM" || error.contains("can't run this command") || error.contains("no permissions to run")
     {
         Fault::Denied(format!("bumping the fence counter {fence}: {error}"))
     } else if fault::is_transient(code) {
@@ -415,7 +419,48 @@ fn fence_fault(keys: &Keys, error: &str) -> Fault {
 /// The lean acquire's busy answer, run read-only (where Redis runs that while its writes are
 /// paused): `None` when the lock is free (its first write fails) or the call is not of the lean
 /// shape.
-async fn peek(node: &mut Conn, lean: Option<&scripts::LuaCall>) -> Option<Vec<Value>> {
-    let reply: Vec<Value> = node.invoke_read_only(lean?).await.ok()?;
+async fn peek(
+    node: &mut Conn,
+    lean: Option<&scripts::LuaCall>,
+    keys: &Keys,
+    value: &str,
+) -> Option<Vec<Value>> {
+    let reply: Vec<Value> = match node.invoke_read_only(lean?).await {
+        Ok(reply) => reply,
+        // Redis 6.2 has no EVALSHA_RO: the script's reads, one after the other (plain reads go
+        // on while writes are paused).
+        Err(_) => {
+            let queued: i64 = node.query(redis::cmd("EXISTS").arg(&keys.queue), None).await.ok()?;
+            let holder: Option<Vec<u8>> = node.query(redis::cmd("GET").arg(&keys.lock), None).await.ok()?;
+            let holder = holder.filter(|h| queued == 0 && h != value.as_bytes())?;
+            let pttl: i64 = node.query(redis::cmd("PTTL").arg(&keys.lock), None).await.ok()?;
+            let no = Value::Nil;
+            vec![Value::Int(0), Value::Int(pttl), Value::BulkString(holder), no.clone(), no.clone()]
+                .into_iter()
+                .chain([Value::Int(1), Value::Int(0), Value::Int(1), no])
+                .collect()
+        }
+    };
     matches!(reply.first(), Some(Value::Int(0))).then_some(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Fault, Keys, fence_fault};
+
+    #[test]
+    fn a_fence_counter_refused_by_redis_6_2_is_an_outage_not_corruption() {
+        let keys = Keys::new(b"k");
+        for error in [
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "@user_script: 24: -OOM command not allowed when used memory > 'maxmemory'.",
+            "@user_script: 24: -READONLY You can't write against a read only replica.",
+        ] {
+            assert!(matches!(fence_fault(&keys, error), Fault::Transient(_)), "{error}");
+        }
+        let denied = "@user_script: 24: -NOPERM this user has no permissions to run the 'incr' command";
+        assert!(matches!(fence_fault(&keys, denied), Fault::Denied(_)));
+        let corrupt = "ERR value is not an integer or out of range";
+        assert!(matches!(fence_fault(&keys, corrupt), Fault::WrongType(_)));
+    }
 }

@@ -161,7 +161,13 @@ impl Conn {
         &mut self,
         script: &super::scripts::LuaCall,
     ) -> Result<T, Fault> {
-        self.run(script, true).await
+        let result = self.run(script, true).await;
+        if result.is_err() {
+            // Redis 6.2's "unknown command" quotes the arguments, which redis-rs cannot read
+            // when a key is not UTF-8: the link is not to be trusted after it.
+            self.reconnect();
+        }
+        result
     }
 
     async fn run<T: FromRedisValue>(
