@@ -90,6 +90,9 @@ fn main_status(holder: &mut bool) -> u8 {
     let output = invocation.output();
     let _log = logging::init(output);
     logging::about_keys(invocation.keys());
+    for (name, meant) in config::env::mistyped_variables() {
+        tracing::warn!("{name} is set but configures nothing: did you mean {meant}?");
+    }
     let fail = |e| report(e, output.format);
     if let Err(e) = sys::enough_descriptors() {
         return fail(e);

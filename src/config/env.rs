@@ -16,7 +16,6 @@ pub mod vars {
     pub const FENCES: &str = "REDLOCK_FENCES";
     /// A script's holder (`redlock-run lock`): where `unlock` finds it.
     pub const HOLDER: &str = "REDLOCK_HOLDER";
-    #[cfg(test)]
     pub const ALL: [&str; 7] = [KEY, TOKEN, FENCE, TTL_MS, KEYS, FENCES, HOLDER];
 }
 
@@ -80,6 +79,45 @@ impl Outer {
             if all == key { vec![key] } else { all.split(|b| *b == b' ').map(<[u8]>::to_vec).collect() };
         Some(Outer { keys, value })
     }
+}
+
+/// `REDLOCK_*` variables of the environment that nothing reads but that are a letter or two
+/// from one that something does (`REDLOCK_TLL`): likely typos, with the variable meant. Others
+/// are the user's own and pass on unremarked.
+pub fn mistyped_variables() -> Vec<(String, &'static str)> {
+    let known = || WRAPPER_VARIABLES.iter().chain(vars::ALL.iter()).copied();
+    std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with("REDLOCK_") && !known().any(|k| k == name))
+        .filter_map(|name| {
+            let typed = &name["REDLOCK_".len()..];
+            let allowed = if typed.len() <= 4 { 1 } else { 2 };
+            let (edits, meant) =
+                known().map(|k| (edits(typed.as_bytes(), &k.as_bytes()["REDLOCK_".len()..]), k)).min()?;
+            (edits <= allowed).then_some((name, meant))
+        })
+        .collect()
+}
+
+/// Edits from `a` to `b`: a byte added, dropped or changed, or two neighbours swapped.
+fn edits(a: &[u8], b: &[u8]) -> usize {
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let change = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + change);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// How an error names the option `flag` (`--ttl`): by its variable (`REDLOCK_TTL`) when the

@@ -243,3 +243,36 @@ fn a_mistyped_subcommand_is_suggested_and_help_prints_the_help() {
     assert_eq!(r.code, 64, "{}", r.stderr);
     assert!(r.stderr.contains("did you mean `status`?"), "{}", r.stderr);
 }
+
+/// A `REDLOCK_*` variable a letter or two from a real one is a warning naming the one meant;
+/// the user's own variables, and those an outer run gives its command, pass unremarked.
+#[test]
+fn a_mistyped_variable_is_named_with_the_one_meant() {
+    let redis = RedisServer::start();
+    let r = run(
+        redlock(&redis).env("REDLOCK_TLL", "5s").env("REDLOCK_BUSY_EXIT_COD", "0").args([
+            "-k",
+            "lock:typo",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("REDLOCK_TLL is set but configures nothing: did you mean REDLOCK_TTL?"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("did you mean REDLOCK_BUSY_EXIT_CODE?"), "{}", r.stderr);
+    let r = run(
+        redlock(&redis)
+            .env("REDLOCK_DEPLOY_TARGET", "prod")
+            .env("REDLOCK_FENCE", "12")
+            .env("REDLOCK_TTL_MS", "30000")
+            .args(["-k", "lock:typo", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("configures nothing"), "{}", r.stderr);
+}
