@@ -112,6 +112,27 @@ pub(super) fn redis_config(
             })
             .transpose()
     };
+    // TLS options where nothing speaks TLS would be ignored: the run would go in plain text.
+    let tls_flag = [
+        (args.tls_insecure, "--tls-insecure"),
+        (args.tls_ca_file.is_some(), "--tls-ca-file"),
+        (args.tls_cert_file.is_some(), "--tls-cert-file"),
+        (args.tls_key_file.is_some(), "--tls-key-file"),
+    ]
+    .into_iter()
+    .find_map(|(given, flag)| given.then_some(flag));
+    let speaks_tls = |url: &String| url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"));
+    if let Some(flag) = tls_flag
+        && !urls.iter().chain(&sentinels).any(speaks_tls)
+    {
+        let scheme = urls[0].split_once("://").map_or("redis", |(scheme, _)| scheme);
+        return Err(usage(format!(
+            "{} is for TLS, but the Redis URL ({url_source}) is {scheme}://, which is plain text: use \
+             rediss:// for TLS, or drop {}",
+            named(flag),
+            named(flag)
+        )));
+    }
     let tls = Tls {
         ca: pem("--tls-ca-file", &args.tls_ca_file, Pem::Certificates, read)?,
         client: match (

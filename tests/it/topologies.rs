@@ -178,7 +178,24 @@ fn tls_works_with_the_ca_and_fails_fast_otherwise() {
             .args(["--", "true"]),
         LIMIT,
     );
-    assert_eq!(no_tls_url.code, 78, "TLS files need rediss://: {}", no_tls_url.stderr);
+    assert_eq!(no_tls_url.code, 64, "TLS files need rediss://: {}", no_tls_url.stderr);
+    assert!(
+        no_tls_url.stderr.contains("--tls-ca-file is for TLS, but the Redis URL (--redis-url) is redis://")
+    );
+    // --tls-insecure too, which has no file to tell it by, and from the environment.
+    let insecure = run(
+        wrapper().env("REDLOCK_TLS_INSECURE", "1").args([
+            "-k",
+            "lock:tls",
+            "--redis-url",
+            &t.server.url(),
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(insecure.code, 64, "{}", insecure.stderr);
+    assert!(insecure.stderr.contains("REDLOCK_TLS_INSECURE is for TLS"), "{}", insecure.stderr);
     let missing = run(
         wrapper().args([
             "-k",
