@@ -23,6 +23,9 @@ pub fn parse(url: &str, source: &str) -> Result<ConnectionInfo, Error> {
             )));
         }
     }
+    if let Some(wrong) = what_is_wrong(url) {
+        return Err(Error::Config(format!("{source} {}: {wrong}", redact_url(url))));
+    }
     let info = url.into_connection_info().map_err(|e| invalid(url, source, e))?;
     let addr = lowercase_host(info.addr().clone());
     Ok(info.set_addr(addr))
@@ -52,6 +55,57 @@ pub fn invalid(url: &str, source: &str, e: RedisError) -> Error {
         ));
     }
     Error::Config(format!("{source} {}: {e} ({expected})", redact_url(url)))
+}
+
+/// What is wrong with a URL, in the tool's words, where it can tell: the scheme, the port, an
+/// IPv6 address's brackets, the database, a socket's path. Never quotes what may be a password.
+fn what_is_wrong(url: &str) -> Option<String> {
+    const TCP: [&str; 4] = ["redis", "rediss", "valkey", "valkeys"];
+    const UNIX: [&str; 3] = ["unix", "redis+unix", "valkey+unix"];
+    let (scheme, rest) = url.split_once(':')?;
+    let is = |names: &[&str]| names.iter().any(|n| n.eq_ignore_ascii_case(scheme));
+    if is(&UNIX) {
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        return (!path.starts_with('/'))
+            .then(|| format!("a {scheme}: URL takes an absolute path: {scheme}:///path/to/redis.sock"));
+    }
+    if !is(&TCP) {
+        // A name made of a scheme's characters only: anything else is no scheme (`u:pw@h`).
+        let looks_like_one =
+            scheme.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'));
+        return (looks_like_one && rest.starts_with("//")).then(|| {
+            format!("{scheme}:// is not a Redis URL scheme: use redis://, rediss:// (TLS) or unix:///path")
+        });
+    }
+    let rest = rest.strip_prefix("//")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = if let Some(v6) = host_port.strip_prefix('[') {
+        let Some((_, after)) = v6.split_once(']') else {
+            return Some("an IPv6 address's `[` has no closing `]`: redis://[::1]:6379".into());
+        };
+        after.strip_prefix(':')
+    } else {
+        host_port.rsplit_once(':').map(|(_, port)| port)
+    };
+    match port.filter(|p| !p.is_empty()) {
+        Some(port) if !port.bytes().all(|b| b.is_ascii_digit()) => {
+            // Not shown: `redis://user:password` without a host reads as a host and a port.
+            return Some(
+                "the port (after the host's `:`) is not a number; credentials go before the host: \
+                 redis://user:password@host:port"
+                    .into(),
+            );
+        }
+        Some(port) if !port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p)) => {
+            return Some(format!("port {port} is out of range: a port is 1 to 65535"));
+        }
+        _ => {}
+    }
+    let db = path.strip_prefix('/').map(|p| p.split(['?', '#']).next().unwrap_or_default());
+    db.filter(|db| !db.is_empty() && !db.bytes().all(|b| b.is_ascii_digit()))
+        .map(|_| "the database (after the host's `/`) is not a number: redis://host:port/0".into())
 }
 
 /// Where the scheme of a URL as given ends (after its `:` and slashes), if it has one: any
@@ -192,6 +246,34 @@ mod tests {
 
     /// Without a scheme, a value may be a password pasted where the URL goes: nothing of it is
     /// shown, nor of a host name or port it may hold.
+    #[test]
+    fn a_url_that_cannot_work_says_what_is_wrong_in_its_own_words() {
+        for (url, says) in [
+            ("http://h:6379", "http:// is not a Redis URL scheme"),
+            ("redis://h:99999", "port 99999 is out of range"),
+            ("rediss://h:0", "port 0 is out of range"),
+            ("redis://[::1", "has no closing `]`"),
+            ("redis://u:S3cret@[::1", "has no closing `]`"),
+            ("redis://bob:S3cret", "the port (after the host's `:`) is not a number"),
+            ("redis://h/first", "the database (after the host's `/`) is not a number"),
+            ("unix:relative.sock", "takes an absolute path"),
+        ] {
+            let Err(e) = super::parse(url, "--redis-url") else { panic!("{url} parsed") };
+            let e = e.to_string();
+            assert!(e.contains(says), "{url}: {e}");
+            assert!(!e.contains("S3cret") && !e.contains("InvalidClientConfig"), "{url}: {e}");
+        }
+        for url in [
+            "redis://h:6379/0",
+            "rediss://u:p@h:1",
+            "redis://[::1]:6380/2",
+            "unix:///tmp/r.sock",
+            "redis://h",
+        ] {
+            assert!(super::parse(url, "--redis-url").is_ok(), "{url}");
+        }
+    }
+
     #[test]
     fn a_value_without_a_scheme_is_not_shown() {
         for url in [
