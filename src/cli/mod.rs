@@ -24,7 +24,7 @@ fn after_help() -> String {
 
 const DURATIONS_AND_VARIABLES: &str = "\
 Durations use humantime syntax (500ms, 30s, 30m, '1h 30m'), or are a bare number of seconds
-(5, 1.5), as for sleep(1).
+(5, 1.5), as for sleep(1); none is negative or longer than 10 years; --wait also takes forever.
 Every option but -v, --generate and --allow-interactive can also be set with an environment variable
 REDLOCK_<NAME> (shown in brackets); a flag on the command line wins over the environment.";
 

@@ -271,6 +271,16 @@ fn summary(cmd: clap::Command) -> clap::Command {
     .mut_subcommands(summary)
 }
 
+/// The option a negative value was given to (`--ttl -5s`: clap sees `-5s` as flags `-5`, `-s`
+/// and reports `-5`): the word before the first of the wrapper's own arguments that starts
+/// with `arg`, and that argument.
+fn option_before(arg: &str) -> Option<(String, String)> {
+    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+    let at = args.iter().position(|a| a.starts_with(arg))?;
+    let option = args.get(at.checked_sub(1)?)?;
+    option.starts_with('-').then(|| (option.clone(), args[at].clone()))
+}
+
 /// `status` or `release` among the wrapper's own arguments, but not first: the user meant the
 /// subcommand and put an option before it, which makes it the command to run instead.
 fn late_subcommand() -> Option<String> {
@@ -306,7 +316,10 @@ fn usage_error(e: &clap::Error) -> String {
             crate::exit::status::BUSY
         ))
     } else if arg.strip_prefix('-').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit())) {
-        Some("durations and numbers cannot be negative".to_owned())
+        Some(match option_before(arg) {
+            Some((option, value)) => format!("{option} {value}: durations and numbers cannot be negative"),
+            None => "durations and numbers cannot be negative".to_owned(),
+        })
     } else if e.kind() == ErrorKind::UnknownArgument && arg.starts_with('-') {
         Some("to give an option a value that starts with '-', write --option=VALUE".to_owned())
     } else if e.kind() == ErrorKind::MissingRequiredArgument {

@@ -121,8 +121,15 @@ pub(super) fn bounded_timeout(flag: &str, value: &str, slack: Duration) -> Resul
 /// Parses `--wait`: a duration that may be zero, or `forever` (`None`): no limit, as flock
 /// waits without `-w`.
 pub(super) fn wait(flag: &str, value: &str) -> Result<Option<Duration>, Error> {
-    if value.trim().eq_ignore_ascii_case("forever") {
+    let word = value.trim().to_ascii_lowercase();
+    if word == "forever" {
         return Ok(None);
+    }
+    if ["infinity", "infinite", "inf", "never", "unlimited", "always", "-1"].contains(&word.as_str()) {
+        return Err(usage(format!(
+            "{}: {value:?} is no duration: to wait without a limit, give forever",
+            named(flag)
+        )));
     }
     duration_or_zero(flag, value).map(Some)
 }
@@ -259,6 +266,10 @@ mod tests {
         assert_eq!(super::wait("--wait", "0").unwrap(), Some(Duration::ZERO));
         assert_eq!(super::wait("--wait", "2.5").unwrap(), Some(Duration::from_millis(2500)));
         assert!(super::wait("--wait", "forever and a day").is_err());
+        for unlimited in ["infinity", "Inf", "never", "-1"] {
+            let e = super::wait("--wait", unlimited).unwrap_err().to_string();
+            assert!(e.contains("give forever"), "{unlimited}: {e}");
+        }
         assert!(parse("--max-runtime", "forever").is_err());
     }
 }

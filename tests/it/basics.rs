@@ -620,7 +620,10 @@ fn an_unreachable_redis_names_the_variable_its_url_came_from() {
 #[test]
 fn usage_errors_have_the_tools_style_and_useful_tips() {
     for (args, tip) in [
-        (&["--ttl", "-5s"][..], "durations and numbers cannot be negative"),
+        (&["--ttl", "-5s"][..], "--ttl -5s: durations and numbers cannot be negative"),
+        (&["--kill-grace", "-2s"][..], "--kill-grace -2s: durations and numbers cannot be negative"),
+        (&["--wait", "-1"][..], "to wait without a limit, give forever"),
+        (&["--wait", "infinity"][..], "to wait without a limit, give forever"),
         (&["-n"][..], "-n and -E are flock(1) flags"),
         (&["-E", "3"][..], "-n and -E are flock(1) flags"),
         (&["--bogus"][..], "write --option=VALUE"),
