@@ -4,7 +4,7 @@
 //! kinds that do not go together are told so (65) instead of changing the limit.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::*;
@@ -13,7 +13,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// A run of `kind` whose command appends "+ NAME FENCE" when it starts and "- NAME" when it
 /// ends, `secs` later (appends of one short line are atomic, so the file is the real order).
-fn recorder(redis: &RedisServer, key: &str, kind: &[&str], name: &str, secs: &str, out: &Path) -> Child {
+fn recorder(redis: &RedisServer, key: &str, kind: &[&str], name: &str, secs: &str, out: &Path) -> Process {
     redlock(redis)
         .args(["-k", key, "--wait", "50s"])
         .args(kind)
@@ -23,12 +23,11 @@ fn recorder(redis: &RedisServer, key: &str, kind: &[&str], name: &str, secs: &st
         .env("SECS", secs)
         .env("OUT", out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+        .start()
 }
 
 /// A run of `kind` that holds until `go` exists (bounded), once it holds.
-fn holder(redis: &RedisServer, key: &str, kind: &[&str], go: &Path) -> Child {
+fn holder(redis: &RedisServer, key: &str, kind: &[&str], go: &Path) -> Process {
     let before = holders(redis, key);
     let child = hold_until(redis, ["-k", key].iter().chain(kind), go);
     assert!(
@@ -93,9 +92,9 @@ fn quorum(url: &str) -> [String; 6] {
     ]
 }
 
-fn finish(children: Vec<Child>) {
-    for c in children {
-        let o = wait_output(c, LIMIT);
+fn finish(children: Vec<Process>) {
+    for mut c in children {
+        let o = wait_output(&mut c, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }
@@ -105,7 +104,7 @@ fn ten_runs_with_limit_3_hold_three_at_a_time_each_with_its_own_fence() {
     let redis = RedisServer::start();
     let dir = tmp();
     let out = file(&dir, "out");
-    let runs: Vec<Child> = (0..10)
+    let runs: Vec<Process> = (0..10)
         .map(|i| recorder(&redis, "lock:cap", &["--limit", "3"], &format!("r{i}"), "0.4", &out))
         .collect();
     finish(runs);
@@ -342,13 +341,13 @@ fn a_holder_renews_under_oom_like_an_exclusive_one() {
     let go = file(&dir, "go");
     // Three seconds: on a loaded machine a 1 s lease was lost to late renewals, and a 2 s one
     // once (the requests' timeouts are a third of the slack the TTL leaves).
-    let a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "3s"], &go);
+    let mut a = holder(&redis, "lock:oom", &["--limit", "2", "--ttl", "3s"], &go);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
     std::thread::sleep(Duration::from_millis(3500));
     let still: u64 = redis.cmd(&[b"ZCARD", b"lock:oom"]);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
     std::fs::write(&go, "").unwrap();
-    let out = wait_output(a, LIMIT);
+    let out = wait_output(&mut a, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(still, 1, "the lease was renewed while Redis was out of memory: {stderr}");
     assert_eq!(out.status.code(), Some(0), "the holder kept its lease and its command finished: {stderr}");
@@ -360,7 +359,7 @@ fn release_force_drops_one_holder_by_token_prefix_or_all_and_their_commands_stop
     let dir = tmp();
     let go = file(&dir, "go");
     let args = ["--limit", "3", "--ttl", "2s"];
-    let a = holder(&redis, "lock:drop", &args, &go);
+    let mut a = holder(&redis, "lock:drop", &args, &go);
     let b = holder(&redis, "lock:drop", &args, &go);
     let c = holder(&redis, "lock:drop", &args, &go);
     let url = redis.url();
@@ -401,7 +400,7 @@ fn release_force_drops_one_holder_by_token_prefix_or_all_and_their_commands_stop
     );
     assert_eq!(one.code, 0, "{}", one.stderr);
     assert!(String::from_utf8_lossy(&one.stdout).contains(&format!("(pid {})", a.id())), "{:?}", one.stdout);
-    let a = wait_output(a, LIMIT);
+    let a = wait_output(&mut a, LIMIT);
     assert_eq!(
         a.status.code(),
         Some(125),
@@ -415,8 +414,8 @@ fn release_force_drops_one_holder_by_token_prefix_or_all_and_their_commands_stop
     assert_eq!(all.code, 0, "{}", all.stderr);
     let json: serde_json::Value = serde_json::from_slice(&all.stdout).expect("JSON");
     assert_eq!(json["holders"].as_array().unwrap().len(), 2, "{json}");
-    for c in [b, c] {
-        assert_eq!(wait_output(c, LIMIT).status.code(), Some(125));
+    for mut c in [b, c] {
+        assert_eq!(wait_output(&mut c, LIMIT).status.code(), Some(125));
     }
     assert!(!redis.exists(b"lock:drop") && !redis.exists(b"{lock:drop}:holders"));
 }
@@ -432,11 +431,11 @@ fn a_run_with_the_same_idempotency_key_waits_for_the_holder_running_it() {
     let busy = run(redlock(&redis).args(["-k", "lock:once"]).args(once).args(["--", "true"]), LIMIT);
     assert_eq!(busy.code, 75, "{}", busy.stderr);
     assert!(busy.stderr.contains("a run with the same --idempotency-key holds it"), "{}", busy.stderr);
-    let second = recorder(&redis, "lock:once", &once, "b", "0", &out);
+    let mut second = recorder(&redis, "lock:once", &once, "b", "0", &out);
     // A run with another ID takes a free permit beside it.
     let other = run(redlock(&redis).args(["-k", "lock:once", "--limit", "3", "--", "true"]), LIMIT);
     assert_eq!(other.code, 0, "{}", other.stderr);
-    let second = wait_output(second, LIMIT);
+    let second = wait_output(&mut second, LIMIT);
     finish(vec![first]);
     assert_eq!(second.status.code(), Some(0));
     assert!(
@@ -601,10 +600,10 @@ fn foreign_data_next_to_the_key_is_named_and_left_alone() {
     // the lock and says so.
     let dir = tmp();
     let go = file(&dir, "go");
-    let h = holder(&redis, "r", &[], &go);
+    let mut h = holder(&redis, "r", &[], &go);
     let _: u64 = redis.cmd(&[b"HSET", b"{r}:queue:expiry", b"a", b"b"]);
     std::fs::write(&go, "").unwrap();
-    let o = wait_output(h, LIMIT);
+    let o = wait_output(&mut h, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("could not confirm the release"), "{stderr}");

@@ -2,7 +2,7 @@
 //! the stop path):
 //! the command never outlives its lock.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::*;
@@ -23,15 +23,14 @@ fn spawn_recorded(
     flags: &[&str],
     body: &str,
     pidfile: &std::path::Path,
-) -> (Child, i32) {
+) -> (Process, i32) {
     let wrapper = redlock(redis)
         .args(flags)
         .arg("--")
         .args(recorded(body))
         .env("PIDFILE", pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     (wrapper, recorded_pid(pidfile))
 }
 
@@ -47,8 +46,7 @@ fn unix_ms(t: SystemTime) -> i128 {
 #[test]
 fn the_lock_is_renewed_for_as_long_as_the_command_runs() {
     let redis = RedisServer::start();
-    let mut wrapper =
-        redlock(&redis).args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"]).spawn().expect("spawn");
+    let mut wrapper = redlock(&redis).args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:renew")));
     let mut samples = Vec::new();
     let conn = &mut redis.conn();
@@ -79,7 +77,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
         .env("PIDFILE", &pidfile)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
+    let mut child = cmd.start();
     let pgid: i32 = recorded_pid(&pidfile);
     assert!(
         wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2),
@@ -87,7 +85,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
     );
     let interfered = Instant::now();
     interfere(&redis);
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stopped_after = interfered.elapsed();
     assert!(
         wait_until(Duration::from_secs(1), || group_members(pgid).is_empty()),
@@ -99,6 +97,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: stopped_after,
+        process: child,
     };
     (run, redis, stopped_after)
 }
@@ -170,12 +169,12 @@ fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
         .env("TERMS", &terms)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
+    let mut child = cmd.start();
     let pid: i32 = recorded_pid(&pidfile);
 
     let expiry_lb = freeze_after_renewal(&redis, "lock:frozen");
     let died = death_time(pid, Duration::from_secs(10));
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
 
@@ -214,21 +213,20 @@ fn leftovers_never_outlive_the_lease() {
     // The command takes 0.5 s to exit after SIGTERM; its background job ignores SIGTERM.
     let body = "sh -c 'trap \"\" TERM; echo $$ > \"$BGPID\"; while :; do sleep 0.01; done' & \
                 trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.01; done";
-    let child = redlock(&redis)
+    let mut child = redlock(&redis)
         .args(["-k", "lock:leftover", "--ttl", "3s", "--renew-every", "500ms", "--kill-grace", "1s", "--"])
         .args(recorded(body))
         .env("PIDFILE", &pidfile)
         .env("BGPID", &bgpid)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     read_when_present(&pidfile, Duration::from_secs(5));
     let bg: i32 = read_when_present(&bgpid, Duration::from_secs(5)).trim().parse().unwrap();
     let expiry_lb = freeze_after_renewal(&redis, "lock:leftover");
     let died = death_time(bg, Duration::from_secs(10));
     eprintln!("leftover dead {} ms before the earliest expiry", expiry_lb - died);
     assert!(died <= expiry_lb, "the background job outlived the lock by {} ms", died - expiry_lb);
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
     redis.thaw();
 }
@@ -239,8 +237,7 @@ fn a_short_freeze_and_a_killed_connection_do_not_disturb_the_command() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:blip", "--ttl", "3s", "--", "sleep", "4"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:blip")));
     std::thread::sleep(Duration::from_millis(800));
     redis.freeze();
@@ -262,8 +259,7 @@ fn a_redis_restarted_empty_is_a_lost_lock() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:restart", "--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:restart")));
     redis.restart_empty();
     let restarted = Instant::now();
@@ -343,7 +339,7 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
     let redis = RedisServer::start();
     let dir = tmp();
     let done = file(&dir, "done");
-    let wrapper = redlock(&redis)
+    let mut wrapper = redlock(&redis)
         .args([
             "-k",
             "lock:ignore",
@@ -359,11 +355,10 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
         .env("DONE", &done)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:ignore")));
     redis.cmd::<i64>(&[b"DEL", b"lock:ignore"]);
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "the command's own status: {stderr}");
     assert!(done.exists(), "the command ran to the end");
@@ -477,8 +472,7 @@ fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plu
         .arg("date +%s%N > \"$STARTED\"; sleep 1")
         .env("STARTED", &b_started)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     // The worst moment: right after A's renewal, so that A notices only at the next one.
     wait_for_renewal(&redis, "lock:overlap");
     redis.restart_empty();
@@ -577,7 +571,7 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe_stderr_and_ticket() {
             Ok(())
         });
     }
-    let mut wrapper = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut wrapper = cmd.stdout(Stdio::piped()).start();
     let pgid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pgid);
     let fds: Option<Vec<String>> = guardian.map(|g| {
@@ -681,8 +675,7 @@ fn a_guardian_killed_while_the_command_runs_is_replaced() {
         .args(recorded("sleep 100 & while :; do sleep 0.1; done"))
         .env("PIDFILE", &pidfile)
         .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pgid = recorded_pid(&pidfile);
     assert!(wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2), "the job runs");
     let first = find_guardian(wrapper.id(), pgid).expect("found the guardian");
@@ -715,16 +708,14 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     let redis = RedisServer::start();
     let dir = tmp();
     let waiter_pid = file(&dir, "waiter");
-    let mut holder =
-        redlock(&redis).args(["-k", "lock:regard", "--", "sleep", "0.7"]).spawn().expect("holder");
+    let mut holder = redlock(&redis).args(["-k", "lock:regard", "--", "sleep", "0.7"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:regard")));
     let mut waiter = redlock(&redis)
         .args(["-k", "lock:regard", "--ttl", "5s", "--wait", "10s", "--"])
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &waiter_pid)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("waiter");
+        .start();
     let early = find_guardian(waiter.id(), -1).expect("a run starts its guardian as it starts");
     // Killed once it has said it runs: exec'd, and asleep waiting for news from its wrapper.
     let said = wait_until(Duration::from_secs(5), || {
@@ -736,7 +727,7 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     assert!(wait_bounded(&mut holder, LIMIT).success());
     let started = wait_until(Duration::from_secs(10), || waiter_pid.exists());
     if !started {
-        let o = wait_output(waiter, LIMIT);
+        let o = wait_output(&mut waiter, LIMIT);
         panic!("the command did not start: {:?} {}", o.status, String::from_utf8_lossy(&o.stderr));
     }
     let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(5)).trim().parse().unwrap();
@@ -761,15 +752,13 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
         .args(["-k", "lock:early", "--ttl", "5s", "--"])
         .args(recorded("sleep 0.7"))
         .env("PIDFILE", &holder_pid)
-        .spawn()
-        .expect("holder");
+        .start();
     read_when_present(&holder_pid, Duration::from_secs(5));
     // Gives up before the holder is done: nothing of it may stay.
     let mut quitter = redlock(&redis)
         .args(["-k", "lock:early", "--wait", "200ms", "--", "true"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("quitter");
+        .start();
     // Its guardian, started with the run.
     let early = find_guardian(quitter.id(), -1).expect("a run starts its guardian as it starts");
     assert_eq!(wait_bounded(&mut quitter, LIMIT).code(), Some(75));
@@ -778,8 +767,7 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
         .args(["-k", "lock:early", "--ttl", "5s", "--wait", "10s", "--"])
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &waiter_pid)
-        .spawn()
-        .expect("waiter");
+        .start();
     let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(10)).trim().parse().unwrap();
     assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
     waiter.kill().unwrap();
@@ -813,11 +801,8 @@ fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
     const KCMP_VM: i64 = 1;
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:own", b"someone-else", b"PX", b"60000"]);
-    let mut waiter = redlock(&redis)
-        .args(["-k", "lock:own", "--wait", "30s", "--", "true"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut waiter =
+        redlock(&redis).args(["-k", "lock:own", "--wait", "30s", "--", "true"]).stderr(Stdio::null()).start();
     let guardian = find_guardian(waiter.id(), -1);
     let cmdline = |g: i32| {
         String::from_utf8_lossy(&std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default())
@@ -852,8 +837,7 @@ fn a_run_that_finds_the_lock_busy_leaves_no_guardian_behind() {
         let mut run = redlock(&redis)
             .args(["-k", "lock:skipped", "--wait", wait, "--", "true"])
             .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .start();
         let pid = run.id();
         assert_eq!(wait_bounded(&mut run, LIMIT).code(), Some(75));
         assert!(
@@ -881,8 +865,7 @@ fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn unshare");
+        .start();
     let pgid = recorded_pid(&pidfile);
     let members = wait_until(Duration::from_secs(2), || group_members(pgid).len() == 2);
     // unshare and sh exec'd the wrapper: it has the pid of the process spawned here.
@@ -910,11 +893,13 @@ fn no_guardian_is_left_a_zombie() {
     }
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:zbusy", b"someone-else", b"PX", b"60000"]);
-    let out = Command::new(std::env::current_exe().unwrap())
+    let mut parent = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "lease::no_guardian_is_left_a_zombie", "--nocapture", "--test-threads", "1"])
         .env("ZOMBIE_TEST_REDIS_URL", redis.url())
-        .output()
-        .expect("run the counting parent");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start();
+    let out = wait_output(&mut parent, LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("statuses: [0, 0, 75, 75]"), "{stdout}");
@@ -933,8 +918,7 @@ fn zombie_counting_parent(url: &str) {
                 let mut run = Command::new(bin())
                     .args(["--redis-url", url, "-k", key, dashes, "true"])
                     .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn");
+                    .start();
                 wait_bounded(&mut run, LIMIT).code().unwrap_or(-1)
             })
             .collect();

@@ -73,17 +73,16 @@ fn two_of_three_down_is_unavailable_and_leaves_nothing() {
 #[test]
 fn renewal_keeps_a_majority_and_stops_without_one() {
     let mut nodes = nodes(3);
-    let wrapper = quorum(&nodes)
+    let mut wrapper = quorum(&nodes)
         .args(["-k", "lock:renewq", "--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:renewq") == 3));
     nodes[0].stop();
     std::thread::sleep(Duration::from_millis(2500));
     assert!(held_on(&nodes[1..], b"lock:renewq") == 2, "still renewed on the two left after a TTL");
     nodes[1].stop();
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -154,11 +153,10 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     // have it.
     let dir = tmp();
     let started = file(&dir, "started");
-    let holder = quorum(&nodes)
+    let mut holder = quorum(&nodes)
         .args(["-k", "lock:fq", "--", "sh", "-c", "touch \"$1\"; sleep 5", "sh"])
         .arg(&started)
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || started.exists()));
     assert!(held_on(&nodes, b"lock:fq") >= 2);
     let mut status = Command::new(bin());
@@ -184,7 +182,11 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     }
     assert_eq!(run(&mut release, LIMIT).code, 0);
     assert_eq!(held_on(&nodes, b"lock:fq"), 0, "released on every node");
-    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(125), "heard at once that it was released");
+    assert_eq!(
+        wait_output(&mut holder, LIMIT).status.code(),
+        Some(125),
+        "heard at once that it was released"
+    );
 
     let even = run(quorum(&nodes[..2]).args(["-k", "lock:even", "--", "true"]), LIMIT);
     assert_eq!(even.code, 0, "{}", even.stderr);
@@ -196,19 +198,18 @@ fn a_release_that_misses_nodes_is_not_reported_as_done() {
     let nodes = nodes(3);
     let dir = tmp();
     let started = file(&dir, "started");
-    let wrapper = quorum(&nodes)
+    let mut wrapper = quorum(&nodes)
         .args(["-k", "lock:partial", "--ttl", "20s", "--", "sh", "-c", "touch \"$1\"; sleep 1", "sh"])
         .arg(&started)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     // Wait for the command, not for the keys: with the keys on every node the wrapper may still
     // be raising the fence counters, and freezing two nodes then fails the acquisition (69).
     assert!(wait_until(Duration::from_secs(5), || started.exists()), "the command started");
     assert!(held_on(&nodes, b"lock:partial") >= 2, "held on a majority");
     nodes[1].freeze();
     nodes[2].freeze();
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     nodes[1].thaw();
     nodes[2].thaw();
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -3,7 +3,7 @@
 //! mistake.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
@@ -109,7 +109,7 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
     };
     let dir = tmp();
     let (beats1, beats2) = (file(&dir, "w1"), file(&dir, "w2"));
-    let holder = |beats: &Path, count: &str, wait: &str| -> Child {
+    let holder = |beats: &Path, count: &str, wait: &str| -> Process {
         let first = beats == beats1.as_path();
         let how = if secured { secured_args(&set, dir.path(), first) } else { set.args() };
         wrapper()
@@ -133,12 +133,11 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn")
+            .start()
     };
     // W1's command runs at least 8 s: well past the point where the key would expire on the
     // promoted replica without renewals there.
-    let w1 = holder(&beats1, "160", "0");
+    let mut w1 = holder(&beats1, "160", "0");
     assert!(wait_until(Duration::from_secs(10), || span(&beats1).is_some()), "W1 did not start");
     let started = Instant::now();
     assert!(
@@ -151,9 +150,10 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
     std::thread::sleep(Duration::from_millis(2200));
     set.master.thaw();
     std::thread::sleep(Duration::from_millis(2300));
-    let w2 = holder(&beats2, "10", "40s");
+    let mut w2 = holder(&beats2, "10", "40s");
     let switched = wait_until(Duration::from_secs(10), || set.switched());
-    let (out1, out2) = (wait_output(w1, Duration::from_secs(60)), wait_output(w2, Duration::from_secs(60)));
+    let (out1, out2) =
+        (wait_output(&mut w1, Duration::from_secs(60)), wait_output(&mut w2, Duration::from_secs(60)));
     assert!(switched, "the Sentinels did not fail over to the replica");
     let (first, second) = (span(&beats1).expect("W1 ran"), span(&beats2));
     let overlap = second.and_then(|(start2, end2)| {
@@ -517,8 +517,7 @@ fn the_master_is_the_one_most_sentinels_name() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || started.exists()), "the holder did not start");
     for order in [[&stale, &s1, &s2], [&s1, &stale, &s2], [&s2, &s1, &stale]] {
         for _ in 0..3 {
@@ -677,20 +676,19 @@ fn a_new_master_without_the_key_is_a_loss_noticed_at_the_switch() {
         failover_timeout: Duration::from_secs(3),
     };
     let set = SentinelSet::start(3, watch);
-    let holder = wrapper()
+    let mut holder = wrapper()
         .args(set.args())
         .args(["-vv", "-k", "lock:switch", "--renew-every", "300ms", "--", "sleep", "60"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || set.replica.exists(b"lock:switch")), "replicated");
     set.replica.cmd::<()>(&[b"CONFIG", b"SET", b"replica-read-only", b"no"]);
     set.replica.cmd::<()>(&[b"DEL", b"lock:switch"]);
     set.master.freeze();
     let switched = wait_until(Duration::from_secs(15), || set.switched());
     let at = Instant::now();
-    let out = wait_output(holder, LIMIT_SHORT);
+    let out = wait_output(&mut holder, LIMIT_SHORT);
     let took = at.elapsed();
     set.master.thaw();
     let stderr = String::from_utf8_lossy(&out.stderr);

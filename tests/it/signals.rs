@@ -44,16 +44,15 @@ fn each_forwarded_signal_reaches_the_command_exactly_once() {
             "trap 'echo {name} >> \"$LOG\"' {name}; echo $$ > \"$PIDFILE\"; \
              while [ ! -s \"$LOG\" ]; do sleep 0.01; done; sleep 0.3; exit 7"
         );
-        let wrapper = redlock(&redis)
+        let mut wrapper = redlock(&redis)
             .args(["-k", "lock:signals", "--", "sh", "-c", &script])
             .env("PIDFILE", &pidfile)
             .env("LOG", &log)
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
+            .start();
         read_when_present(&pidfile, Duration::from_secs(5));
         kill(pid_of(&wrapper), sig).unwrap();
-        let out = wait_output(wrapper, LIMIT);
+        let out = wait_output(&mut wrapper, LIMIT);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(7), "{name}: the command's status: {stderr}");
         assert!(!redis.exists(b"lock:signals"), "{name}: released once the wrapper is gone");
@@ -74,8 +73,7 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
         .args(["-k", "lock:grace", "--kill-grace", "500ms", "--", "sh", "-c", &trapping("trap '' TERM")])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     let sent = Instant::now();
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
@@ -96,8 +94,7 @@ fn a_second_sigterm_kills_at_once() {
         .args(["-k", "lock:second", "--kill-grace", "10s", "--", "sh", "-c", &trapping("trap '' TERM")])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     read_when_present(&pidfile, Duration::from_secs(5));
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
     std::thread::sleep(Duration::from_millis(200));
@@ -118,8 +115,7 @@ fn nothing_of_the_group_survives_a_signal() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:group", "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; sleep 300 & exec sleep 300"])
         .env("PIDFILE", &pidfile)
-        .spawn()
-        .expect("spawn");
+        .start();
     let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     assert!(wait_until(Duration::from_secs(2), || group_members(pgid).len() == 2));
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
@@ -156,8 +152,7 @@ fn a_signal_during_an_attempt_leaves_nothing_held() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:inflight", "--ttl", "1m", "--", "true"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     std::thread::sleep(Duration::from_millis(300));
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
@@ -177,8 +172,7 @@ fn sigtstp_suspends_the_command_with_the_wrapper() {
         .args(["-k", "lock:tstp", "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; sleep 1; exit 3"])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: u32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     assert!(wait_until(Duration::from_secs(2), || process_state(wrapper.id()).as_deref() == Some("T")));
@@ -212,8 +206,7 @@ fn a_signal_while_redis_does_not_answer_aborts_with_nothing_run() {
         .args(["-k", "lock:abort", "--ttl", "1m", "--", "touch"])
         .arg(&marker)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     std::thread::sleep(Duration::from_millis(300));
     let sent = Instant::now();
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();
@@ -251,7 +244,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
         .env("PIDFILE", &pidfile)
         .env("ZOMBIES", &zombies)
         .stderr(Stdio::piped());
-    let outer = unshare.spawn().expect("spawn unshare");
+    let mut outer = unshare.start();
     read_when_present(&zombies, Duration::from_secs(10));
     let zombie_count: u32 = std::fs::read_to_string(&zombies).unwrap().trim().parse().unwrap();
     assert_eq!(zombie_count, 0, "orphans were reaped");
@@ -274,7 +267,7 @@ fn as_pid_1_it_reaps_orphans_and_honours_sigterm() {
     std::thread::sleep(Duration::from_millis(300));
     assert_ne!(process_state(wrapper as u32).as_deref(), Some("T"));
     kill(Pid::from_raw(wrapper), Signal::SIGTERM).unwrap();
-    let out = wait_output(outer, LIMIT);
+    let out = wait_output(&mut outer, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(9), "the command's status: {stderr}");
     assert!(stderr.contains("PID 1 and cannot be suspended"), "{stderr}");
@@ -311,8 +304,7 @@ fn in_a_pid_namespace_without_its_own_proc_nothing_there_is_taken_for_the_comman
         .env("INNER", &inner)
         .env("LOG", &log)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn unshare");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || lines(&log) > 0), "the command runs");
     let wrapper = std::fs::read_dir("/proc")
         .unwrap()
@@ -450,8 +442,7 @@ fn a_stderr_nobody_reads_never_blocks_the_watchdog() {
             .env("PIDFILE", &pidfile)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
+            .start();
         let pgid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
         std::thread::sleep(Duration::from_millis(600));
         let started = Instant::now();
@@ -490,8 +481,7 @@ fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
         .env("PIDFILE", &pidfile)
         .env("LOG", &log)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: u32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -557,8 +547,7 @@ fn leftovers_get_sigterm_as_soon_as_the_command_has_exited() {
             .env("PIDFILE", &pidfile)
             .env("LOG", &log)
             .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+            .start();
         // Written once the background job has its trap in place.
         read_when_present(&pidfile, Duration::from_secs(5));
         let sent = Instant::now();
@@ -584,8 +573,7 @@ fn a_command_continued_behind_the_suspended_wrappers_back_wakes_the_wrapper() {
         .arg("echo $$ > \"$PIDFILE\"; while :; do sleep 0.05; done")
         .env("PIDFILE", &pidfile)
         .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     assert!(
@@ -615,8 +603,7 @@ fn sigcont_right_after_sigtstp_leaves_nothing_suspended() {
         let mut wrapper = redlock(&redis)
             .args(["-k", "lock:tstp-cont", "--ttl", "3s", "--", "sh", "-c", "sleep 0.5; exit 5"])
             .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
+            .start();
         std::thread::sleep(Duration::from_millis(100));
         kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
         kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
@@ -628,8 +615,7 @@ fn sigcont_right_after_sigtstp_leaves_nothing_suspended() {
         .args(["-k", "lock:tstp-cont", "--ttl", "6s", "--kill-grace", "1s", "--", "sh", "-c"])
         .arg("trap '' TSTP; sleep 2; exit 5")
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     std::thread::sleep(Duration::from_millis(100));
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -656,8 +642,7 @@ fn sigterm_right_after_sigtstp_reaches_the_commands_handler() {
         .arg(trapping("trap 'exit 9' TERM"))
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     read_when_present(&pidfile, Duration::from_secs(5));
     let sent = Instant::now();
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
@@ -680,7 +665,7 @@ fn a_signal_ignored_at_start_stays_ignored() {
     for name in ["REDLOCK_KEY", "REDLOCK_REDIS_URL", "REDIS_URL"] {
         nohup.env_remove(name);
     }
-    let mut wrapper = nohup.spawn().expect("nohup (coreutils)");
+    let mut wrapper = nohup.start();
     std::thread::sleep(Duration::from_millis(200));
     kill(pid_of(&wrapper), Signal::SIGHUP).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(4), "SIGHUP was not passed on");
@@ -755,7 +740,7 @@ fn signals_blocked_when_the_wrapper_starts_are_still_handled() {
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null());
     blocking(&mut cmd);
-    let mut wrapper = cmd.spawn().expect("spawn");
+    let mut wrapper = cmd.start();
     read_when_present(&pidfile, Duration::from_secs(5));
     let sent = Instant::now();
     kill(pid_of(&wrapper), Signal::SIGTERM).unwrap();

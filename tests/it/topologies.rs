@@ -326,7 +326,7 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
     let done = file(&dir, "done");
     let mut during = wrapper();
     via_sentinel(&mut during);
-    let running = during
+    let mut running = during
         .args([
             "-k",
             "lock:sentinel",
@@ -344,11 +344,10 @@ fn sentinel_finds_the_master_and_follows_a_failover() {
         .arg("sh")
         .arg(&done)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || replica.exists(b"lock:sentinel")), "the lock replicated");
     master.stop();
-    let out = wait_output(running, LIMIT);
+    let out = wait_output(&mut running, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => assert!(done.exists(), "renewed on the new master and ran to the end: {stderr}"),
@@ -495,10 +494,10 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
     }
 
     // A waiter on another node is woken by the release announced on the key's node.
-    let holder = {
+    let mut holder = {
         let mut c = wrapper();
         in_cluster(&mut c);
-        c.args(["-k", "lock:handoff", "--", "sleep", "1"]).spawn().expect("spawn")
+        c.args(["-k", "lock:handoff", "--", "sleep", "1"]).start()
     };
     std::thread::sleep(Duration::from_millis(300));
     // The waiter's first seed is down: it subscribes through the next one.
@@ -508,7 +507,7 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
     let r = run(waiter.args(["-k", "lock:handoff", "--wait", "10s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.elapsed < Duration::from_secs(3), "woken by the release: {:?}", r.elapsed);
-    assert!(wait_output(holder, LIMIT).status.success());
+    assert!(wait_output(&mut holder, LIMIT).status.success());
 
     // Several keys in different slots are taken slot after slot in one fixed order; a busy key
     // in the middle gives back what was taken before it. "a", "b" and "c" hash to three
@@ -522,8 +521,7 @@ fn cluster_follows_slots_and_keeps_derived_keys_together_and_takes_several_slots
         }
         c
     };
-    let mut holder =
-        several(&["b"]).args(["--", "sleep", "3"]).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut holder = several(&["b"]).args(["--", "sleep", "3"]).stderr(Stdio::piped()).start();
     assert!(wait_until(Duration::from_secs(10), || exists("b")));
     let r = run(several(&["c", "b", "a"]).args(["--", "true"]), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
@@ -570,7 +568,7 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
         };
         let mut holder = wrapper();
         in_cluster(&mut holder);
-        let mut holder = holder.args(["--", "sleep", "0.5"]).stderr(Stdio::null()).spawn().expect("spawn");
+        let mut holder = holder.args(["--", "sleep", "0.5"]).stderr(Stdio::null()).start();
         assert!(wait_until(Duration::from_secs(10), || node.exists(key.as_bytes())), "{key}: held");
         let queue = format!("{{{key}}}:queue");
         let waiters: Vec<_> = (1..=3)
@@ -582,8 +580,7 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
                     .env("I", i.to_string())
                     .env("OUT", &out)
                     .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("spawn");
+                    .start();
                 let queued = || node.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == i;
                 assert!(wait_until(Duration::from_secs(10), queued), "{key}: waiter {i} queued");
                 // And listening, through the seed: queued first, a waiter subscribes just after,
@@ -599,8 +596,8 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
             })
             .collect();
         assert!(wait_bounded(&mut holder, LIMIT).success());
-        for w in waiters {
-            let o = wait_output(w, LIMIT);
+        for mut w in waiters {
+            let o = wait_output(&mut w, LIMIT);
             let stderr = String::from_utf8_lossy(&o.stderr);
             assert_eq!(o.status.code(), Some(0), "{key}: {stderr}");
             assert_eq!(stderr.contains("handed_over=true"), handed, "{key}: {stderr}");
@@ -615,7 +612,7 @@ fn cluster_renewal_survives_a_slot_migration() {
     let key = b"lock:migrating";
     let from = cluster.node_for(key);
     let mut c = wrapper();
-    let wrapper = c
+    let mut wrapper = c
         .args([
             "--cluster",
             "--redis-url",
@@ -629,8 +626,7 @@ fn cluster_renewal_survives_a_slot_migration() {
             "4",
         ])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || from.exists(key)));
     std::thread::sleep(Duration::from_millis(300));
 
@@ -640,7 +636,7 @@ fn cluster_renewal_survives_a_slot_migration() {
     let to = moving.to;
     assert!(to.exists(key), "the lock moved with its slot");
 
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -658,11 +654,10 @@ fn cluster_holder_hears_a_loss_at_once_and_follows_its_slot() {
     let cluster = Cluster::start();
     let key = b"lock:watched";
     let from = cluster.node_for(key);
-    let wrapper = wrapper()
+    let mut wrapper = wrapper()
         .args(["--cluster", "--redis-url", &cluster.seed(), "-vv", "-k", "lock:watched", "--", "sleep", "30"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || from.exists(key)));
     std::thread::sleep(Duration::from_millis(300));
     let moving = Migration::of(&cluster, key);
@@ -672,7 +667,7 @@ fn cluster_holder_hears_a_loss_at_once_and_follows_its_slot() {
     std::thread::sleep(Duration::from_millis(300));
     let deleted = Instant::now();
     to.cmd::<()>(&[b"DEL", key]);
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     let took = deleted.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
@@ -721,10 +716,10 @@ fn cluster_tryagain_during_a_slot_migration_is_retried_then_reported() {
     // The migration completes while a wrapper waits: it acquires.
     let mut waiter = wrapper();
     in_cluster(&mut waiter);
-    let waiter = waiter.args(["--wait", "10s", "--", "true"]).stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut waiter = waiter.args(["--wait", "10s", "--", "true"]).stderr(Stdio::piped()).start();
     std::thread::sleep(Duration::from_secs(1));
     moving.complete(&cluster);
-    let out = wait_output(waiter, LIMIT);
+    let out = wait_output(&mut waiter, LIMIT);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -788,20 +783,19 @@ fn cluster_release_is_retried_through_a_slot_move() {
     let key = b"lock:release-moving";
     let dir = tmp();
     let go = file(&dir, "go");
-    let holder = wrapper()
+    let mut holder = wrapper()
         .args(["--cluster", "--redis-url", &cluster.seed(), "-k", "lock:release-moving", "--ttl", "30s"])
         .args(["--", "sh", "-c", HOLD_UNTIL_GO])
         .env("GO", &go)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || cluster.node_for(key).exists(key)), "the lock is held");
     let moving = Migration::of(&cluster, key);
     moving.move_only(key);
     std::fs::write(&go, "").unwrap();
     std::thread::sleep(Duration::from_millis(800));
     moving.complete(&cluster);
-    let out = wait_output(holder, LIMIT);
+    let out = wait_output(&mut holder, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("could not confirm"), "released once the slot had moved: {stderr}");
@@ -818,13 +812,12 @@ fn cluster_paused_writes_never_fail_open() {
     let dir = tmp();
     let go = file(&dir, "go");
     let in_cluster = ["--cluster", "--redis-url", &cluster.seed(), "-k", "lock:cluster-paused"];
-    let holder = wrapper()
+    let mut holder = wrapper()
         .args(in_cluster)
         .args(["--ttl", "30s", "--", "sh", "-c", HOLD_UNTIL_GO])
         .env("GO", &go)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || cluster.node_for(key).exists(key)), "the lock is held");
     let master = cluster.node_for(key);
     master.cmd::<()>(&[b"CLIENT", b"PAUSE", b"6000", b"WRITE"]);
@@ -850,7 +843,7 @@ fn cluster_paused_writes_never_fail_open() {
     assert!(free.stderr.contains("writes paused"), "says why: {}", free.stderr);
     assert!(!marker.exists(), "--fail-open ran the command while the node answered");
     std::fs::write(&go, "").unwrap();
-    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut holder, LIMIT).status.code(), Some(0));
 }
 
 /// While the nodes disagree about who owns a slot (a resharding in progress), every node
@@ -887,12 +880,12 @@ fn cluster_redirects_while_slots_move_are_retried_and_a_node_without_cluster_is_
         "--",
         "true",
     ]);
-    let waiter = waiter.stderr(Stdio::piped()).spawn().expect("spawn");
+    let mut waiter = waiter.stderr(Stdio::piped()).start();
     std::thread::sleep(Duration::from_millis(1500));
     for node in &cluster.nodes {
         node.cmd::<()>(&[b"CLUSTER", b"SETSLOT", slot.as_bytes(), b"NODE", other_id.as_bytes()]);
     }
-    let out = wait_output(waiter, LIMIT);
+    let out = wait_output(&mut waiter, LIMIT);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -915,8 +908,7 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
         .args(["--cluster", "--redis-url", &cluster.seed(), "-k", key, "--", "sh", "-c"])
         .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || node.exists(key.as_bytes())));
     let queue = format!("{{{key}}}:queue");
     let waiters: Vec<_> = (1..=6)
@@ -928,8 +920,7 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
                 .env("I", i.to_string())
                 .env("OUT", &out)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn");
+                .start();
             let queued = wait_until(Duration::from_secs(10), || {
                 node.cmd::<u64>(&[b"ZCARD", queue.as_bytes()]) == i as u64
             });
@@ -939,8 +930,8 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
         .collect();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
+    for mut w in waiters {
+        let o = wait_output(&mut w, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let order = std::fs::read_to_string(&out).unwrap();
@@ -967,8 +958,7 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
                     .arg(HOLD_UNTIL_GO)
                     .env("GO", &go)
                     .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("spawn");
+                    .start();
                 let held = wait_until(Duration::from_secs(10), || {
                     node.exists(key.as_bytes())
                         && node.cmd::<u64>(&[b"ZCARD", key.as_bytes()]) == i as u64 + 1
@@ -1002,8 +992,8 @@ fn cluster_waiters_run_in_the_order_they_joined_and_semaphores_keep_their_keys_t
         let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
         assert_eq!(v["holders"].as_array().map(Vec::len), Some(2), "{key}: {v}");
         std::fs::write(&go, "").unwrap();
-        for h in holders {
-            let o = wait_output(h, LIMIT);
+        for mut h in holders {
+            let o = wait_output(&mut h, LIMIT);
             assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
         }
         assert!(!node.exists(key.as_bytes()) && !node.exists(holders_key.as_bytes()), "{key}: released");
@@ -1034,8 +1024,7 @@ fn a_killed_wrappers_lock_is_released_via_sentinel_and_in_a_cluster() {
             .args(["-k", key, "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
             .env("PIDFILE", &pidfile)
             .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
+            .start();
         let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
         assert!(holder.exists(key.as_bytes()), "{args:?}: held");
         wrapper.kill().unwrap();

@@ -3,7 +3,7 @@
 //! flushed, or a Redis restarted empty, stops the command long before the next renewal (10 s
 //! at the default `--ttl 30s`); its own renewals and other runs coming and going do not.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -16,15 +16,14 @@ const AT_ONCE: Duration = Duration::from_millis(500);
 
 /// A holder of `key` with the default lease, `-vv`, running `sleep 30`; returned once its
 /// watch has begun (the key is there and the watch's first check said so).
-fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Child {
+fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Process {
     let child = cmd
         .args(["-vv", "-k", key])
         .args(flags)
         .args(["--", "sleep", "30"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     // The watch starts 25 ms after the lock is taken; this leaves it time on a busy machine.
     std::thread::sleep(Duration::from_millis(300));
     child
@@ -32,8 +31,8 @@ fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Child {
 
 /// Waits for the holder after the trigger at `since`: its exit status, stderr and how long it
 /// took from `since`.
-fn ended(child: Child, since: Instant) -> (Option<i32>, String, Duration) {
-    let out = wait_output(child, LIMIT);
+fn ended(mut child: Process, since: Instant) -> (Option<i32>, String, Duration) {
+    let out = wait_output(&mut child, LIMIT);
     let took = since.elapsed();
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), took)
 }
@@ -228,7 +227,7 @@ fn an_expiry_cut_short_is_renewed_at_once() {
     assert!(pttl > 20_000, "renewed to the full TTL: {pttl} ms");
     assert!(child.try_wait().unwrap().is_none(), "still running");
     let _ = child.kill();
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the key expires before this run's lease ends; renewing now"), "{stderr}");
 }
@@ -256,13 +255,12 @@ fn a_killed_connection_is_no_loss_and_the_watch_goes_on() {
 #[test]
 fn other_holders_renewing_cost_at_most_ten_checks_a_second_each() {
     let redis = RedisServer::start();
-    let mut holders: Vec<Child> = (0..5)
+    let mut holders: Vec<Process> = (0..5)
         .map(|_| {
             redlock(&redis)
                 .args(["-k", "lock:busy", "--limit", "6", "--renew-every", "50ms", "--", "sleep", "30"])
                 .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));

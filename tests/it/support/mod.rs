@@ -4,11 +4,13 @@
 pub mod fault;
 pub mod logs;
 pub mod oracle;
+pub mod process;
 pub mod prometheus;
 pub mod sentinel;
 pub mod server;
 pub mod tls;
 
+pub use process::{Process, Start};
 pub use server::{RedisServer, free_port, server_binary};
 
 use std::io::{Read, Write};
@@ -18,8 +20,6 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tempfile::TempDir;
 
 /// The binary under test: `REDLOCK_TEST_BIN` (another build of it: the aarch64 one under
@@ -216,14 +216,13 @@ pub fn hold_until<S: AsRef<std::ffi::OsStr>>(
     redis: &RedisServer,
     args: impl IntoIterator<Item = S>,
     go: &Path,
-) -> Child {
+) -> Process {
     redlock(redis)
         .args(args)
         .args(["--", "sh", "-c", HOLD_UNTIL_GO])
         .env("GO", go)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+        .start()
 }
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
@@ -315,7 +314,7 @@ pub fn wrapper() -> Command {
 
 /// Polls `children` until all but `running` of them have exited (bounded by `limit`); returns
 /// their exit codes so far (`None` for those still running).
-pub fn settle(children: &mut [Child], running: usize, limit: Duration) -> Vec<Option<i32>> {
+pub fn settle(children: &mut [Process], running: usize, limit: Duration) -> Vec<Option<i32>> {
     let mut codes = vec![None; children.len()];
     wait_until(limit, || {
         for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
@@ -333,24 +332,27 @@ pub struct Run {
     pub stdout: Vec<u8>,
     pub stderr: String,
     pub elapsed: Duration,
+    /// The wrapper and whatever it left behind, for the test to look at until it drops the run.
+    #[expect(dead_code, reason = "held, not read: killed on drop")]
+    pub process: Process,
 }
 
 /// Runs to completion, bounded by `limit` (the process is killed and the test fails beyond it).
 pub fn run(cmd: &mut Command, limit: Duration) -> Run {
     let started = Instant::now();
-    let child =
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let out = wait_output(child, limit);
+    let mut process = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
+    let out = wait_output(&mut process, limit);
     Run {
         code: out.status.code().unwrap_or_else(|| panic!("wrapper died of a signal: {:?}", out.status)),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: started.elapsed(),
+        process,
     }
 }
 
 /// Collects a child's output, killing it if it runs longer than `limit`.
-pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+pub fn wait_output(child: &mut Child, limit: Duration) -> Output {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
@@ -368,7 +370,7 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Output {
         }
         let _ = tx.send((out, err.join().unwrap_or_default()));
     });
-    let status = wait_bounded(&mut child, limit);
+    let status = wait_bounded(child, limit);
     // Leftover processes may hold the pipes open; give the readers a bounded moment.
     let (stdout, stderr) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     Output { status, stdout, stderr }
@@ -487,12 +489,11 @@ pub fn contended_counter(redis_args: &[String], key: &str, wrappers: usize, roun
                 .env("BIN", bin())
                 .env("COUNTER", &counter)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
-    for c in children {
-        let out = wait_output(c, Duration::from_secs(120));
+    for mut c in children {
+        let out = wait_output(&mut c, Duration::from_secs(120));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap()
@@ -520,8 +521,7 @@ pub fn exactly_one_of(n: usize, key: &str, wrapper: impl Fn() -> Command) {
                 .arg(&release)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
     let mut codes = settle(&mut children, 1, Duration::from_secs(20));
@@ -545,19 +545,20 @@ pub fn run_into_closed_pipe(cmd: &mut Command, limit: Duration) -> Run {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
     let started = Instant::now();
-    let child = cmd.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).spawn().expect("spawn");
-    let out = wait_output(child, limit);
+    let mut process = cmd.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).start();
+    let out = wait_output(&mut process, limit);
     Run {
         code: out.status.code().unwrap_or_else(|| panic!("died of a signal: {:?}", out.status)),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: started.elapsed(),
+        process,
     }
 }
 
 /// A busy loop on every core, for as long as it lives (and never more than two minutes, should
 /// the test die without dropping it).
-pub struct CpuHog(Vec<Child>);
+pub struct CpuHog(#[expect(dead_code, reason = "held, not read: killed on drop")] Vec<Process>);
 
 impl CpuHog {
     pub fn start() -> Self {
@@ -568,26 +569,16 @@ impl CpuHog {
                     Command::new("timeout")
                         .args(["120", "sh", "-c", "while :; do :; done"])
                         .stdin(Stdio::null())
-                        .spawn()
-                        .expect("spawn a busy loop")
+                        .start()
                 })
                 .collect(),
         )
     }
 }
 
-impl Drop for CpuHog {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
 /// login shell's job would be. Returns the child and the pty master (drained in the background).
-pub fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
+pub fn spawn_on_pty(cmd: &mut Command) -> (Process, std::fs::File) {
     use std::os::fd::OwnedFd;
     use std::os::unix::process::CommandExt;
     let pty = nix::pty::openpty(None, None).expect("openpty");
@@ -607,7 +598,7 @@ pub fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("spawn");
+    let child = cmd.start();
     drop(slave);
     let mut reader = master.try_clone().unwrap();
     std::thread::spawn(move || {
