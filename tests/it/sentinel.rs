@@ -407,22 +407,39 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     let marker = file(&dir, "ran");
     let tls_url = format!("rediss://:{SENTINEL_PASSWORD}@localhost:{sentinel_tls}");
     let plain_url = format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{}", sentinel.port);
+    // --fail-open: none of these may run the command. A Sentinel that answers gets 10 s to do
+    // so: a TLS handshake that outlived a 1 s timeout on a loaded machine counted as an outage
+    // and ran the command. A TLS handshake with a plaintext port stalls until the timeout,
+    // which is how that mistake is told (then by a plaintext probe within the same bound).
+    let (answers, stalls) = ("10s", "2s");
     let cases: [(&str, String, &[&str], i32, &str); 5] = [
-        ("verified with the CA", tls_url.clone(), &["--tls-ca-file", &ca], 0, ""),
+        (
+            "verified with the CA",
+            tls_url.clone(),
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
+            0,
+            "",
+        ),
         // Each speaks TLS or not on its own: the same Sentinel at its plaintext port.
-        ("a plaintext Sentinel, a TLS master", plain_url.clone(), &["--tls-ca-file", &ca], 0, ""),
-        ("no CA", tls_url.clone(), &[], 78, "TLS failed"),
+        (
+            "a plaintext Sentinel, a TLS master",
+            plain_url.clone(),
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
+            0,
+            "",
+        ),
+        ("no CA", tls_url.clone(), &["--connect-timeout", answers], 78, "TLS failed"),
         (
             "plaintext to the TLS port",
             format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{sentinel_tls}"),
-            &["--tls-ca-file", &ca],
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
             78,
             "speaks TLS",
         ),
         (
             "TLS to the plaintext port",
             plain_url.replacen("redis://", "rediss://", 1),
-            &["--tls-ca-file", &ca],
+            &["--tls-ca-file", &ca, "--connect-timeout", stalls],
             78,
             "does not speak TLS",
         ),
@@ -431,15 +448,7 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
         let _ = std::fs::remove_file(&marker);
         let r = run(
             wrapper()
-                .args([
-                    "--fail-open",
-                    "--connect-timeout",
-                    "1s",
-                    "--sentinel",
-                    &at,
-                    "--sentinel-master",
-                    "main",
-                ])
+                .args(["--fail-open", "--sentinel", &at, "--sentinel-master", "main"])
                 .args(["--redis-url", "rediss://ignored.invalid"])
                 .args(flags)
                 .args(["-k", "lock:tls", "--", "touch"])
