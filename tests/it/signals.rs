@@ -475,8 +475,10 @@ fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
     let redis = RedisServer::start();
     let dir = tmp();
     let (pidfile, log) = (file(&dir, "pid"), file(&dir, "log"));
+    // A grace of 2 s, so that the look at 500 ms comes within it even on a loaded machine,
+    // and a lease that leaves its renewals room (1.3 s of slack).
     let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:tstp-ignored", "--ttl", "3s", "--kill-grace", "1s", "--", "sh", "-c"])
+        .args(["-k", "lock:tstp-ignored", "--ttl", "5s", "--kill-grace", "2s", "--", "sh", "-c"])
         .arg("trap '' TSTP; echo $$ > \"$PIDFILE\"; while :; do echo x >> \"$LOG\"; sleep 0.05; done")
         .env("PIDFILE", &pidfile)
         .env("LOG", &log)
@@ -487,13 +489,22 @@ fn a_command_that_ignores_sigtstp_is_stopped_before_the_wrapper_suspends() {
     std::thread::sleep(Duration::from_millis(500));
     assert_ne!(process_state(wrapper.id()).as_deref(), Some("T"), "suspended while the command runs");
     assert!(
-        wait_until(Duration::from_secs(3), || process_state(wrapper.id()).as_deref() == Some("T")),
+        wait_until(Duration::from_secs(10), || process_state(wrapper.id()).as_deref() == Some("T")),
         "the wrapper suspends once the group is stopped"
     );
-    assert_eq!(process_state(pid).as_deref(), Some("T"), "the command was stopped with SIGSTOP");
+    // SIGSTOP takes effect when the command leaves the kernel (a write of its log, say: `D`).
+    assert!(
+        wait_until(Duration::from_secs(5), || process_state(pid).as_deref() == Some("T")),
+        "the command was stopped with SIGSTOP: {:?}",
+        process_state(pid)
+    );
     // The lease lapses meanwhile; whoever takes the lock next runs alone.
     let before = lines(&log);
-    std::thread::sleep(Duration::from_millis(3500));
+    assert!(
+        wait_until(Duration::from_secs(15), || !redis.exists(b"lock:tstp-ignored")),
+        "the lease of the suspended wrapper lapsed"
+    );
+    assert_eq!(process_state(wrapper.id()).as_deref(), Some("T"), "still suspended");
     assert_eq!(run(redlock(&redis).args(["-k", "lock:tstp-ignored", "--", "true"]), LIMIT).code, 0);
     assert_eq!(lines(&log), before, "the suspended command made progress");
     kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
