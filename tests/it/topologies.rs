@@ -566,9 +566,12 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
         let in_cluster = |cmd: &mut Command| {
             cmd.args(["--cluster", "--redis-url", &cluster.seed(), "-k", &key]);
         };
+        // Held until all three wait (a fixed hold ran out while a loaded machine started them).
+        let go = file(&dir, &format!("{key}.go"));
         let mut holder = wrapper();
         in_cluster(&mut holder);
-        let mut holder = holder.args(["--", "sleep", "0.5"]).stderr(Stdio::null()).start();
+        let mut holder =
+            holder.args(["--", "sh", "-c", HOLD_UNTIL_GO]).env("GO", &go).stderr(Stdio::null()).start();
         assert!(wait_until(Duration::from_secs(10), || node.exists(key.as_bytes())), "{key}: held");
         let queue = format!("{{{key}}}:queue");
         let waiters: Vec<_> = (1..=3)
@@ -595,6 +598,7 @@ fn cluster_hands_the_lock_over_only_to_a_waiter_listening_on_the_key_s_node() {
                 w
             })
             .collect();
+        std::fs::write(&go, "").unwrap();
         assert!(wait_bounded(&mut holder, LIMIT).success());
         for mut w in waiters {
             let o = wait_output(&mut w, LIMIT);
