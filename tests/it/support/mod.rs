@@ -70,6 +70,16 @@ impl RedisServer {
             .sum()
     }
 
+    /// Keys tracked for clients (INFO stats `tracking_total_items`: a key for one client is one
+    /// item, kept until the key changes even after the client has gone): a holder's watch has
+    /// begun once its first check has read the lock key on its tracking connection.
+    pub fn tracking_items(&self) -> u64 {
+        let info: String = self.cmd(&[b"INFO", b"stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("tracking_total_items:")?.trim().parse().ok())
+            .expect("INFO stats has tracking_total_items")
+    }
+
     /// How many times clients (or scripts) have called `command` (from INFO commandstats).
     pub fn calls(&self, command: &str) -> u64 {
         let info: String = self.cmd(&[b"INFO", b"commandstats"]);
@@ -448,6 +458,33 @@ pub fn process_alive(pid: i32) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.split_whitespace().next() != Some("Z")))
         .unwrap_or(false)
+}
+
+/// Whether process `pid` has a handler of its own for `signal` (`SigCgt` in /proc): sent
+/// before then, the signal's default action (death, a stop) is taken instead.
+pub fn catches(pid: u32, signal: nix::sys::signal::Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| u64::from_str_radix(l.strip_prefix("SigCgt:")?.trim(), 16).ok())
+        .is_some_and(|caught| caught & (1 << (signal as i32 - 1)) != 0)
+}
+
+/// Bytes that reached loopback port `port` and that no one has read yet: what a client sent
+/// to a frozen (SIGSTOPped) server there, which the kernel still receives.
+pub fn unread_at(port: u16) -> u64 {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let local = u16::from_str_radix(fields.get(1)?.rsplit_once(':')?.1, 16).ok()?;
+            let rx = u64::from_str_radix(fields.get(4)?.split_once(':')?.1, 16).ok()?;
+            (local == port).then_some(rx)
+        })
+        .sum()
 }
 
 /// Reads a file the command under test writes (e.g. its pid), waiting for it to appear.
