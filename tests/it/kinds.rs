@@ -526,20 +526,24 @@ fn status_reports_the_last_lease_and_a_free_lock_once_every_lease_ended() {
         let s = run(wrapper().args(["status", "--redis-url", &url, "-k", "lock:ttl", "--json"]), LIMIT);
         (s.code, serde_json::from_slice::<serde_json::Value>(&s.stdout).expect("JSON"))
     };
-    // A short lease that is held, beside a long one that ended at once (released).
-    let mut short = holder(&redis, "lock:ttl", &["--limit", "4", "--ttl", "1s"], &go);
+    // A short lease that is held, beside a long one that ended at once (released). Short, but
+    // renewed on time on a loaded machine (1 s was not).
+    let mut short = holder(&redis, "lock:ttl", &["--limit", "4", "--ttl", "2s"], &go);
     let long =
         run(redlock(&redis).args(["-k", "lock:ttl", "--limit", "4", "--ttl", "30s", "--", "true"]), LIMIT);
     assert_eq!(long.code, 0, "{}", long.stderr);
     let (code, json) = status();
     assert_eq!(code, 0);
-    assert!(json["ttl_ms"].as_u64().is_some_and(|ms| ms <= 1000), "the short lease's: {json}");
-    // Its holder dies without releasing: once the lease has ended the lock is free.
+    assert!(json["ttl_ms"].as_u64().is_some_and(|ms| ms <= 2000), "the short lease's: {json}");
+    // Its holder dies: once its lease has ended (or its guardian released it) the lock is free.
     short.kill().unwrap();
     short.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(1300));
-    let (code, json) = status();
-    assert_eq!(code, 1, "{json}");
+    let (mut code, mut json) = status();
+    let freed = wait_until(Duration::from_secs(10), || {
+        (code, json) = status();
+        code == 1
+    });
+    assert!(freed, "{json}");
     assert_eq!(json["held"], false);
     assert!(json["ttl_ms"].is_null() && json["expires"].is_null() && json["holder"].is_null(), "{json}");
 }

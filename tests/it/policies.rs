@@ -26,7 +26,7 @@ fn a_waiter_starts_right_after_the_holder_releases() {
         .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:handoff")));
     let mut waiter = redlock(&redis)
-        .args(["-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
+        .args(["-v", "-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
         .env("OUT", &waiter_start)
         .stderr(Stdio::piped())
         .start();
@@ -36,7 +36,11 @@ fn a_waiter_starts_right_after_the_holder_releases() {
     let gap_ms = (read_ns(&waiter_start) - read_ns(&holder_end)) as f64 / 1e6;
     eprintln!("handoff: waiter's command started {gap_ms:.1} ms after the holder's ended");
     assert!(gap_ms > 0.0, "the critical sections overlapped by {} ms", -gap_ms);
-    assert!(gap_ms < 200.0, "handoff took {gap_ms} ms");
+    // Right after: the release handed the lock over (no polling, no retry after a delay). The
+    // time is the benchmark's to measure; this bound leaves room for a loaded machine.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("handed_over=true"), "the release handed it over: {stderr}");
+    assert!(gap_ms < 2000.0, "handoff took {gap_ms} ms");
 }
 
 #[test]
@@ -49,7 +53,8 @@ fn the_wait_is_bounded_and_ends_busy() {
     let r =
         run(redlock(&redis).args(["-k", "lock:bounded", "--wait", "1s", "--", "touch"]).arg(&marker), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
-    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(2), "{:?}", r.elapsed);
+    // Busy (75) proves it gave up before the holder's 5 s; room for a loaded machine's start.
+    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(4), "{:?}", r.elapsed);
     assert!(r.stderr.contains("--wait"), "says the wait ran out: {}", r.stderr);
     let zero = run(
         redlock(&redis).args(["-k", "lock:bounded", "--busy-exit-code", "0", "--", "touch"]).arg(&marker),
@@ -164,16 +169,20 @@ fn a_redis_that_comes_up_within_the_wait_is_used() {
 #[test]
 fn min_hold_keeps_the_lock_after_a_short_command() {
     let redis = RedisServer::start();
+    let started = Instant::now();
     let r = run(redlock(&redis).args(["-k", "lock:hold", "--min-hold", "3s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "the wrapper does not wait: {:?}", r.elapsed);
-    let held_until = Instant::now();
     let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:hold"]);
-    assert!((2000..=3000).contains(&pttl), "the key lives on for the rest of --min-hold: {pttl} ms");
+    // Taken after `started` and kept 3 s from then: the rest of it, less what has passed (the
+    // wrapper did not wait for it, or the key would be gone by now).
+    let passed = started.elapsed().as_millis() as i64;
+    assert!(
+        pttl > 0 && pttl <= 3000 && pttl >= 3000 - passed - 100,
+        "the key lives on for the rest of --min-hold: {pttl} ms, {passed} ms after the run began"
+    );
     let busy = run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT);
     assert_eq!(busy.code, 75, "{}", busy.stderr);
     assert!(wait_until(Duration::from_secs(4), || !redis.exists(b"lock:hold")));
-    assert!(held_until.elapsed() > Duration::from_secs(1));
     assert_eq!(run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT).code, 0);
 }
 
@@ -251,11 +260,13 @@ fn sigterm_while_waiting_for_a_busy_lock() {
         .arg(&marker)
         .stderr(Stdio::null())
         .start();
-    std::thread::sleep(Duration::from_millis(300));
+    // Once it waits in the queue (a fixed delay let a wrapper slow to start die of the signal).
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"{lock:waiting}:queue")), "queued");
     let sent = Instant::now();
     kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGTERM).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
-    assert!(sent.elapsed() < Duration::from_secs(1));
+    // At once, not at the end of the 30 s wait.
+    assert!(sent.elapsed() < Duration::from_secs(5), "took {:?}", sent.elapsed());
     assert!(!marker.exists());
     assert_eq!(redis.get(b"lock:waiting").as_deref(), Some(&b"other-holder"[..]));
 }
@@ -309,7 +320,7 @@ fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
         .args(["-k", "lock:forever", "--wait", "forever", "--", "true"])
         .stderr(Stdio::null())
         .start();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"{lock:forever}:queue")), "queued");
     kill(Pid::from_raw(waiter.id() as i32), Signal::SIGINT).unwrap();
     assert_eq!(wait_bounded(&mut waiter, LIMIT).code(), Some(130));
     assert_eq!(redis.get(b"lock:forever").as_deref(), Some(&b"other-holder"[..]));

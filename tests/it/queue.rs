@@ -436,9 +436,9 @@ fn a_waiter_continued_soon_after_its_wait_ran_out_gives_up_a_lock_handed_to_it()
         .env("OUT", &out)
         .stderr(Stdio::piped())
         .start();
-    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 1), "queued");
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
     let mut next = waiter(&redis, key, 2, &out, &[]);
-    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 2), "queued");
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 2), "queued");
     let mut stopped = Stopped(Vec::new());
     std::thread::sleep(Duration::from_millis(1300).saturating_sub(started.elapsed()));
     stopped.stop(late.id());
