@@ -257,7 +257,8 @@ fn nothing_listening_fails_closed_quickly() {
     cmd.args(["-k", "k", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--", "touch"]).arg(&marker);
     let r = run(&mut cmd, LIMIT);
     assert_eq!(r.code, 69, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(3), "took {:?}", r.elapsed);
+    // About a second of retries (--wait 0), with room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
     assert!(r.stderr.contains(&port.to_string()), "names the target: {}", r.stderr);
     assert!(!marker.exists(), "the command did not run");
 }

@@ -112,7 +112,8 @@ fn a_command_that_became_root_ends_the_run_loudly_when_the_lock_is_lost() {
     let survived = process_alive(sleeper);
     let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // Not waiting for the command it cannot stop (31.5 s); room for a loaded machine.
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert!(survived, "the root command was out of the wrapper's reach");
     assert!(stderr.contains("cannot signal the command"), "{stderr}");
     assert!(stderr.contains("could not be stopped"), "{stderr}");
@@ -141,7 +142,8 @@ fn sigterm_ends_the_run_even_when_the_command_cannot_be_signalled() {
     let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+    // Not waiting for the command it cannot stop (32.5 s); room for a loaded machine.
+    assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
     assert!(stderr.contains("NOT released"), "{stderr}");
     assert!(redis.exists(b"lock:eperm-term"), "the lock is left to expire, not released");
 }

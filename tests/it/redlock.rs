@@ -37,14 +37,16 @@ fn one_node_down_or_frozen_does_not_matter() {
     nodes[0].stop();
     let r = run(quorum(&nodes).args(["-k", "lock:down1", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    // No retry for the node that is down (it refuses at once); room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
 
     let nodes = self::nodes(3);
     nodes[1].freeze();
     let r = run(quorum(&nodes).args(["-k", "lock:frozen1", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    // Bounded by the per-node timeout (50 ms at the default TTL), not a TCP timeout.
-    assert!(r.elapsed < Duration::from_secs(1), "took {:?}", r.elapsed);
+    // Bounded by the per-node timeout (50 ms at the default TTL), not a TCP timeout; the bound
+    // leaves room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
     nodes[1].thaw();
 }
 
@@ -100,7 +102,8 @@ fn five_nodes_with_two_frozen_still_lock() {
     nodes[3].freeze();
     let r = run(quorum(&nodes).args(["-k", "lock:frozen2", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    // As above: the per-node timeout, with room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
     let fence: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
     assert!(fence > 0);
     for n in &nodes {

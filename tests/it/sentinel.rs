@@ -703,6 +703,8 @@ fn a_new_master_without_the_key_is_a_loss_noticed_at_the_switch() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(switched, "the Sentinels did not fail over: {stderr}");
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(took < Duration::from_secs(1), "lost {took:?} after the switch: {stderr}");
+    // At the switch: not after the renewal in flight (24 s) nor at the deadline (30 s); room
+    // for a loaded machine.
+    assert!(took < Duration::from_secs(5), "lost {took:?} after the switch: {stderr}");
     assert!(stderr.contains("revealed_by=renewal"), "{stderr}");
 }
