@@ -1,5 +1,6 @@
 //! The queue's rules, driven with generated event orders against the real scripts on a real
-//! `redis-server` (started here, on a free loopback port, without persistence).
+//! server, started as the behaviour tests start theirs (`tests/it/support/server.rs`: on a free
+//! loopback port, without persistence; `REDLOCK_TEST_SERVER` picks another server, Valkey).
 //!
 //! Simulated waiters attempt (joining the queue or not), keep alive, leave, stop calling (die),
 //! and the holder releases, in generated orders with pauses between them. The queue's clock is
@@ -23,7 +24,6 @@
 //!   renewed), never ends later than the key's expiry in Redis minus the drift of the write
 //!   that set it, whether its TTL is shorter or longer than the hand-over's.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -31,66 +31,34 @@ use redis::Value;
 
 use super::{Keys, Kind, Lease, drift, scripts};
 
+#[path = "../../tests/it/support/server.rs"]
+#[allow(dead_code)] // the unit tests use part of the behaviour tests' launcher
+mod server;
+
 /// An entry's lifetime without a keep-alive, in these tests.
 const ENTRY: Duration = Duration::from_millis(100);
 /// No liveness rule is checked this close to an entry's end (clock and scheduling skew).
 const MARGIN: Duration = Duration::from_millis(40);
 const WAITERS: usize = 5;
 
+/// The suite's server (`REDLOCK_TEST_SERVER`, else `redis-server`), as the behaviour tests
+/// start it, and this test's connection to it.
 struct Server {
-    process: Child,
-    port: u16,
     conn: redis::Connection,
-    _dir: tempfile::TempDir,
+    redis: server::RedisServer,
 }
 
 impl Server {
     fn start() -> Server {
-        let dir = tempfile::tempdir().expect("temp dir");
-        for _ in 0..20 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let mut process = Command::new("redis-server")
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                ])
-                .arg("--dir")
-                .arg(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server (apt install redis-server)");
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200))
-                    && redis::cmd("PING").query::<String>(&mut conn).is_ok()
-                {
-                    return Server { process, port, conn, _dir: dir };
-                }
-                if process.try_wait().ok().flatten().is_some() {
-                    break; // the port was taken meanwhile: another one
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = process.kill();
-            let _ = process.wait();
-        }
-        panic!("could not start redis-server");
+        let redis = server::RedisServer::start();
+        let conn = connect(&redis);
+        Server { conn, redis }
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
-    }
+fn connect(redis: &server::RedisServer) -> redis::Connection {
+    let client = redis::Client::open(redis.url()).unwrap();
+    client.get_connection_with_timeout(Duration::from_secs(5)).expect("connect")
 }
 
 #[derive(Debug, Clone)]
@@ -294,8 +262,7 @@ fn renew(conn: &mut redis::Connection, keys: &Keys, value: &str, ttl: Duration) 
 /// Subscribes a connection of its own to waiter `w`'s grant channel (the SUBSCRIBE confirmed,
 /// so that a release after this finds it listening).
 fn listen(server: &Server, keys: &Keys, w: usize) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
-    let mut conn = client.get_connection().expect("connect");
+    let mut conn = connect(&server.redis);
     let _: Value = redis::cmd("SUBSCRIBE")
         .arg(keys.grant(&format!("token{w}")))
         .query(&mut conn)

@@ -21,7 +21,7 @@ fn twenty_wrappers_at_once_exactly_one_runs() {
 #[test]
 fn busy_exit_code_is_configurable() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis).args(["-k", "lock:busy", "--", "sleep", "2"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:busy", "--", "sleep", "2"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:busy")));
     let busy = run(redlock(&redis).args(["-k", "lock:busy", "--busy-exit-code", "3", "--", "true"]), LIMIT);
     assert_eq!(busy.code, 3, "{}", busy.stderr);
@@ -119,11 +119,8 @@ fn the_command_is_found_in_path_as_execvp_finds_it() {
 #[test]
 fn a_value_changed_by_someone_else_is_left_intact() {
     let redis = RedisServer::start();
-    let mut wrapper = redlock(&redis)
-        .args(["-k", "lock:changed", "--", "sleep", "10"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut wrapper =
+        redlock(&redis).args(["-k", "lock:changed", "--", "sleep", "10"]).stderr(Stdio::null()).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:changed")));
     redis.cmd::<()>(&[b"SET", b"lock:changed", b"someone-else"]);
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(125), "lost");
@@ -159,7 +156,7 @@ fn fence_increases_after_a_restart_from_an_older_snapshot() {
     redis.cmd::<()>(&[b"SAVE"]);
     let dir = tmp();
     let a_fence = file(&dir, "a");
-    let a = redlock(&redis)
+    let mut a = redlock(&redis)
         .args([
             "-k",
             "lock:fence",
@@ -173,14 +170,13 @@ fn fence_increases_after_a_restart_from_an_older_snapshot() {
         ])
         .arg(&a_fence)
         .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     let a_fence: u64 = read_when_present(&a_fence, LIMIT).trim().parse().unwrap();
     redis.restart_from_snapshot(&[], true);
     let b_fence = fence_of_one_run(&redis);
     assert!(b_fence > a_fence, "B's fence {b_fence} is not above A's {a_fence}");
     // A's key is gone with the restart: it finds out at its next renewal and stops.
-    assert_eq!(wait_output(a, LIMIT).status.code(), Some(125));
+    assert_eq!(wait_output(&mut a, LIMIT).status.code(), Some(125));
 }
 
 /// A counter far behind (e.g. restored from a months-old backup) still yields a fence of at
@@ -261,7 +257,8 @@ fn nothing_listening_fails_closed_quickly() {
     cmd.args(["-k", "k", "--redis-url", &format!("redis://127.0.0.1:{port}"), "--", "touch"]).arg(&marker);
     let r = run(&mut cmd, LIMIT);
     assert_eq!(r.code, 69, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(3), "took {:?}", r.elapsed);
+    // About a second of retries (--wait 0), with room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
     assert!(r.stderr.contains(&port.to_string()), "names the target: {}", r.stderr);
     assert!(!marker.exists(), "the command did not run");
 }

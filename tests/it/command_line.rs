@@ -37,7 +37,7 @@ fn a_bare_number_is_seconds_on_every_duration() {
         } else {
             cmd.args(["--ttl", ttl]);
         }
-        let mut holder = cmd.args(["-k", "lock:ttl", "--", "sleep", "1"]).spawn().expect("spawn");
+        let mut holder = cmd.args(["-k", "lock:ttl", "--", "sleep", "1"]).start();
         assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:ttl")));
         let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:ttl"]);
         assert!(

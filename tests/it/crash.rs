@@ -2,7 +2,7 @@
 //! kills the command's group, gives the lock back once nothing of it can run, and never lets
 //! the command outlive the lease (docs/GUIDE.md § What the command gets).
 
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -15,15 +15,14 @@ const AT_ONCE: Duration = Duration::from_secs(2);
 
 /// A wrapper with `flags` around a command that records its pid and keeps a background job in
 /// its group; returns it, stderr piped, once the command runs with its job.
-fn wrapper_with_job(redis: &RedisServer, flags: &[&str], dir: &tempfile::TempDir) -> (Child, i32) {
+fn wrapper_with_job(redis: &RedisServer, flags: &[&str], dir: &tempfile::TempDir) -> (Process, i32) {
     let pidfile = file(dir, "pid");
     let wrapper = redlock(redis)
         .args(flags)
         .args(["--", "sh", "-c", "echo $$ > \"$PIDFILE\"; sleep 100 & exec sleep 100"])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     assert!(
         wait_until(Duration::from_secs(5), || group_members(pid).len() == 2),
@@ -79,8 +78,7 @@ fn a_killed_redlock_wrapper_frees_its_lock_on_every_node() {
         .args(["-k", "lock:crash-quorum", "--", "sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     assert!(nodes.iter().all(|n| n.exists(b"lock:crash-quorum")));
     wrapper.kill().unwrap();
@@ -114,13 +112,12 @@ fn a_waiter_killed_while_queued_leaves_the_queue_at_once() {
     let redis = RedisServer::start();
     let dir = tmp();
     let go = file(&dir, "go");
-    let holder = hold_until(&redis, ["-k", "lock:crash-queue"], &go);
+    let mut holder = hold_until(&redis, ["-k", "lock:crash-queue"], &go);
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:crash-queue")));
     let mut waiter = redlock(&redis)
         .args(["-k", "lock:crash-queue", "--wait", "30s", "--", "true"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     let queued = || redis.cmd::<i64>(&[b"ZCARD", b"{lock:crash-queue}:queue"]);
     assert!(wait_until(Duration::from_secs(5), || queued() == 1), "the waiter queued");
     // Waiting: its guardian runs (started once the first answer was "busy").
@@ -142,7 +139,7 @@ fn a_waiter_killed_while_queued_leaves_the_queue_at_once() {
     );
     assert!(redis.exists(b"lock:crash-queue"), "the holder's lock is untouched");
     std::fs::write(&go, "").unwrap();
-    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut holder, LIMIT).status.code(), Some(0));
 }
 
 /// The wrapper alone stopped (SIGSTOP to its pid, not to the command's group) cannot renew:
@@ -158,8 +155,7 @@ fn a_wrapper_stopped_alone_cannot_outlive_its_lease() {
         .args(["-k", "lock:stopped-alone", "--ttl", "2s", "--", "sh", "-c", ticks])
         .env("LOG", &log)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || std::fs::metadata(&log).is_ok_and(|m| m.len() > 0)));
     let wrapper = Pid::from_raw(first.id() as i32);
     kill(wrapper, Signal::SIGSTOP).unwrap();

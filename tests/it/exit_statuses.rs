@@ -243,13 +243,12 @@ fn run_case(
         }
         Nothing => {}
     }
-    let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
     match c.setting {
         DeletedMidRun | BlackholedMidRun => {
             if !wait_until(Duration::from_secs(5), || marker.exists()) {
-                let mut child = child;
                 let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
+                let out = wait_output(&mut child, Duration::from_secs(5));
                 panic!("{}: never ran; stderr: {}", c.what, String::from_utf8_lossy(&out.stderr));
             }
             if c.setting == DeletedMidRun {
@@ -268,7 +267,7 @@ fn run_case(
         }
         _ => {}
     }
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     if let Some(proxy) = &proxy {
         proxy.set(Mode::Pass);
     }

@@ -2,7 +2,7 @@
 //! the stop path):
 //! the command never outlives its lock.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::support::*;
@@ -23,15 +23,14 @@ fn spawn_recorded(
     flags: &[&str],
     body: &str,
     pidfile: &std::path::Path,
-) -> (Child, i32) {
+) -> (Process, i32) {
     let wrapper = redlock(redis)
         .args(flags)
         .arg("--")
         .args(recorded(body))
         .env("PIDFILE", pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     (wrapper, recorded_pid(pidfile))
 }
 
@@ -47,8 +46,7 @@ fn unix_ms(t: SystemTime) -> i128 {
 #[test]
 fn the_lock_is_renewed_for_as_long_as_the_command_runs() {
     let redis = RedisServer::start();
-    let mut wrapper =
-        redlock(&redis).args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"]).spawn().expect("spawn");
+    let mut wrapper = redlock(&redis).args(["-k", "lock:renew", "--ttl", "1s", "--", "sleep", "4"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:renew")));
     let mut samples = Vec::new();
     let conn = &mut redis.conn();
@@ -79,7 +77,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
         .env("PIDFILE", &pidfile)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
+    let mut child = cmd.start();
     let pgid: i32 = recorded_pid(&pidfile);
     assert!(
         wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2),
@@ -87,7 +85,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
     );
     let interfered = Instant::now();
     interfere(&redis);
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stopped_after = interfered.elapsed();
     assert!(
         wait_until(Duration::from_secs(1), || group_members(pgid).is_empty()),
@@ -99,6 +97,7 @@ fn lost_mid_run(interfere: impl FnOnce(&RedisServer)) -> (Run, RedisServer, Dura
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: stopped_after,
+        process: child,
     };
     (run, redis, stopped_after)
 }
@@ -109,8 +108,9 @@ fn a_deleted_key_stops_the_whole_group() {
         r.cmd::<i64>(&[b"DEL", b"lock:lost"]);
     });
     assert_eq!(run.code, 125, "{}", run.stderr);
-    // Detected at the next renewal (200 ms), then SIGTERM; generous margin for a loaded machine.
-    assert!(after < Duration::from_millis(200 + 500 + 800), "stopped {after:?} after the deletion");
+    // Detected at the next renewal (200 ms), then SIGTERM; generous margin for a loaded machine
+    // (the log says it was a loss, not the deadline's stop).
+    assert!(after < Duration::from_millis(200 + 500 + 1800), "stopped {after:?} after the deletion");
     assert!(run.stderr.contains("lock lost"), "{}", run.stderr);
 }
 
@@ -120,7 +120,7 @@ fn an_overwritten_key_stops_the_command_and_stays_overwritten() {
         r.cmd::<()>(&[b"SET", b"lock:lost", b"the-next-holder", b"PX", b"60000"]);
     });
     assert_eq!(run.code, 125, "{}", run.stderr);
-    assert!(after < Duration::from_millis(1500), "stopped {after:?} after the overwrite");
+    assert!(after < Duration::from_millis(2500), "stopped {after:?} after the overwrite");
     assert_eq!(redis.get(b"lock:lost").as_deref(), Some(&b"the-next-holder"[..]));
 }
 
@@ -142,16 +142,28 @@ fn freeze_after_renewal(redis: &RedisServer, key: &str) -> i128 {
     panic!("saw no renewal of {key} within 10000 samples");
 }
 
-/// Polls every millisecond until `pid` is gone; returns when (unix ms).
+/// Waits (bounded) until `pid`, a child or not, has ended, woken by the kernel as it ends (a
+/// pidfd: a loaded machine delays a poll loop's next look more than a wake-up); returns when
+/// (unix ms): when it died, or a moment after.
 fn death_time(pid: i32, limit: Duration) -> i128 {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open(2) takes a pid and flags, and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    assert!(fd >= 0, "pidfd_open({pid}): {}", std::io::Error::last_os_error());
+    // SAFETY: a descriptor just returned to this process, owned by nothing else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut ended = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if !process_alive(pid) {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        // SAFETY: one pollfd, alive across the call.
+        let polled = unsafe { libc::poll(&mut ended, 1, left.as_millis() as i32) };
+        if polled > 0 {
             return unix_ms(SystemTime::now());
         }
-        std::thread::sleep(Duration::from_millis(1));
+        let interrupted = std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+        assert!(polled < 0 && interrupted, "process {pid} still alive after {limit:?}");
     }
-    panic!("process {pid} still alive after {limit:?}");
 }
 
 #[test]
@@ -170,12 +182,12 @@ fn a_frozen_redis_gets_the_command_killed_before_the_lock_can_expire() {
         .env("TERMS", &terms)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
+    let mut child = cmd.start();
     let pid: i32 = recorded_pid(&pidfile);
 
     let expiry_lb = freeze_after_renewal(&redis, "lock:frozen");
     let died = death_time(pid, Duration::from_secs(10));
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
 
@@ -214,21 +226,20 @@ fn leftovers_never_outlive_the_lease() {
     // The command takes 0.5 s to exit after SIGTERM; its background job ignores SIGTERM.
     let body = "sh -c 'trap \"\" TERM; echo $$ > \"$BGPID\"; while :; do sleep 0.01; done' & \
                 trap 'sleep 0.5; exit 0' TERM; while :; do sleep 0.01; done";
-    let child = redlock(&redis)
+    let mut child = redlock(&redis)
         .args(["-k", "lock:leftover", "--ttl", "3s", "--renew-every", "500ms", "--kill-grace", "1s", "--"])
         .args(recorded(body))
         .env("PIDFILE", &pidfile)
         .env("BGPID", &bgpid)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     read_when_present(&pidfile, Duration::from_secs(5));
     let bg: i32 = read_when_present(&bgpid, Duration::from_secs(5)).trim().parse().unwrap();
     let expiry_lb = freeze_after_renewal(&redis, "lock:leftover");
     let died = death_time(bg, Duration::from_secs(10));
     eprintln!("leftover dead {} ms before the earliest expiry", expiry_lb - died);
     assert!(died <= expiry_lb, "the background job outlived the lock by {} ms", died - expiry_lb);
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
     redis.thaw();
 }
@@ -239,8 +250,7 @@ fn a_short_freeze_and_a_killed_connection_do_not_disturb_the_command() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:blip", "--ttl", "3s", "--", "sleep", "4"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:blip")));
     std::thread::sleep(Duration::from_millis(800));
     redis.freeze();
@@ -262,8 +272,7 @@ fn a_redis_restarted_empty_is_a_lost_lock() {
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:restart", "--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:restart")));
     redis.restart_empty();
     let restarted = Instant::now();
@@ -284,24 +293,27 @@ fn the_command_dies_with_the_wrapper_and_the_key_is_released() {
     let pidfile = file(&dir, "pid");
     // A background job too: the parent-death signal reaches only the command itself; the
     // guardian takes care of the rest of its group.
-    let (mut wrapper, pid) =
-        spawn_recorded(&redis, &["-k", "lock:orphan", "--ttl", "2s"], "sleep 100 & exec sleep 100", &pidfile);
-    assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
+    // A 30 s lease: gone long before it ends, the key was released, not left to expire.
+    let (mut wrapper, pid) = spawn_recorded(
+        &redis,
+        &["-k", "lock:orphan", "--ttl", "30s"],
+        "sleep 100 & exec sleep 100",
+        &pidfile,
+    );
+    assert!(wait_until(Duration::from_secs(5), || group_members(pid).len() == 2));
     wrapper.kill().unwrap();
     wrapper.wait().unwrap();
-    let killed = Instant::now();
-    assert!(wait_until(Duration::from_secs(1), || !process_alive(pid)), "the command outlived its wrapper");
+    assert!(wait_until(Duration::from_secs(5), || !process_alive(pid)), "the command outlived its wrapper");
     assert!(
-        wait_until(Duration::from_secs(1), || group_members(pid).is_empty()),
+        wait_until(Duration::from_secs(5), || group_members(pid).is_empty()),
         "its background job outlived the wrapper: {:?}",
         group_members(pid)
     );
-    // Well before its 2 s TTL: the guardian gave it back once the group was dead.
+    // The guardian gave it back once the group was dead.
     assert!(
-        wait_until(Duration::from_secs(1), || !redis.exists(b"lock:orphan")),
+        wait_until(Duration::from_secs(10), || !redis.exists(b"lock:orphan")),
         "the guardian released the key"
     );
-    assert!(killed.elapsed() < Duration::from_secs(1));
 }
 
 #[test]
@@ -309,15 +321,21 @@ fn a_paused_wrappers_command_is_killed_by_its_lease_deadline() {
     let redis = RedisServer::start();
     let dir = tmp();
     let pidfile = file(&dir, "pid");
+    // A 5 s lease: the command must die 57 ms (the drift and the guardian's 5 ms) before the
+    // key can expire, a margin wider than a loaded machine's wake-up of this test.
     let (mut wrapper, pid) =
-        spawn_recorded(&redis, &["-k", "lock:paused", "--ttl", "1s"], "exec sleep 100", &pidfile);
+        spawn_recorded(&redis, &["-k", "lock:paused", "--ttl", "5s"], "exec sleep 100", &pidfile);
     let wrapper_pid = Pid::from_raw(wrapper.id() as i32);
-    let stopped = Instant::now();
     kill(wrapper_pid, Signal::SIGSTOP).unwrap();
-    // The guardian stops the command by the lease deadline (under 1 s), the wrapper stopped.
-    assert!(wait_until(Duration::from_secs(2), || !process_alive(pid)), "the command outlived its lease");
-    let took = stopped.elapsed();
-    assert!(took < Duration::from_secs(1), "killed {took:?} after the wrapper stopped (TTL 1 s)");
+    // The key's expiry once renewals have stopped (a renewal that lands later only extends it).
+    let expires =
+        |last: i128| -> i128 { i128::from(redis.cmd::<i64>(&[b"PEXPIRETIME", b"lock:paused"])).max(last) };
+    let expiry = expires(0);
+    // The guardian stops the command by the lease deadline, the wrapper stopped.
+    let died = death_time(pid, Duration::from_secs(15));
+    let expiry = expires(expiry);
+    assert!(expiry > 0, "the key had an expiry");
+    assert!(died <= expiry, "the command died {} ms after the key could expire", died - expiry);
     kill(wrapper_pid, Signal::SIGCONT).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(125));
 }
@@ -330,7 +348,8 @@ fn max_runtime_stops_the_command_with_124() {
         LIMIT,
     );
     assert_eq!(r.code, 124, "{}", r.stderr);
-    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(3), "{:?}", r.elapsed);
+    // After 1 s, and then at once (with room for a loaded machine).
+    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
     assert!(!redis.exists(b"lock:max"));
     // One line says why, even with -q.
     let lines: Vec<&str> = r.stderr.lines().collect();
@@ -343,7 +362,7 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
     let redis = RedisServer::start();
     let dir = tmp();
     let done = file(&dir, "done");
-    let wrapper = redlock(&redis)
+    let mut wrapper = redlock(&redis)
         .args([
             "-k",
             "lock:ignore",
@@ -359,11 +378,10 @@ fn on_lost_ignore_keeps_the_command_running_and_says_so() {
         .env("DONE", &done)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:ignore")));
     redis.cmd::<i64>(&[b"DEL", b"lock:ignore"]);
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "the command's own status: {stderr}");
     assert!(done.exists(), "the command ran to the end");
@@ -477,8 +495,7 @@ fn after_a_restart_without_persistence_the_overlap_is_bounded_by_renew_every_plu
         .arg("date +%s%N > \"$STARTED\"; sleep 1")
         .env("STARTED", &b_started)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     // The worst moment: right after A's renewal, so that A notices only at the next one.
     wait_for_renewal(&redis, "lock:overlap");
     redis.restart_empty();
@@ -577,7 +594,7 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe_stderr_and_ticket() {
             Ok(())
         });
     }
-    let mut wrapper = cmd.stdout(Stdio::piped()).spawn().expect("spawn");
+    let mut wrapper = cmd.stdout(Stdio::piped()).start();
     let pgid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pgid);
     let fds: Option<Vec<String>> = guardian.map(|g| {
@@ -681,8 +698,7 @@ fn a_guardian_killed_while_the_command_runs_is_replaced() {
         .args(recorded("sleep 100 & while :; do sleep 0.1; done"))
         .env("PIDFILE", &pidfile)
         .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pgid = recorded_pid(&pidfile);
     assert!(wait_until(Duration::from_secs(2), || group_members(pgid).len() >= 2), "the job runs");
     let first = find_guardian(wrapper.id(), pgid).expect("found the guardian");
@@ -715,16 +731,14 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     let redis = RedisServer::start();
     let dir = tmp();
     let waiter_pid = file(&dir, "waiter");
-    let mut holder =
-        redlock(&redis).args(["-k", "lock:regard", "--", "sleep", "0.7"]).spawn().expect("holder");
+    let mut holder = redlock(&redis).args(["-k", "lock:regard", "--", "sleep", "0.7"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:regard")));
     let mut waiter = redlock(&redis)
         .args(["-k", "lock:regard", "--ttl", "5s", "--wait", "10s", "--"])
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &waiter_pid)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("waiter");
+        .start();
     let early = find_guardian(waiter.id(), -1).expect("a run starts its guardian as it starts");
     // Killed once it has said it runs: exec'd, and asleep waiting for news from its wrapper.
     let said = wait_until(Duration::from_secs(5), || {
@@ -736,7 +750,7 @@ fn a_waiters_guardian_killed_while_it_waits_is_replaced() {
     assert!(wait_bounded(&mut holder, LIMIT).success());
     let started = wait_until(Duration::from_secs(10), || waiter_pid.exists());
     if !started {
-        let o = wait_output(waiter, LIMIT);
+        let o = wait_output(&mut waiter, LIMIT);
         panic!("the command did not start: {:?} {}", o.status, String::from_utf8_lossy(&o.stderr));
     }
     let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(5)).trim().parse().unwrap();
@@ -761,15 +775,13 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
         .args(["-k", "lock:early", "--ttl", "5s", "--"])
         .args(recorded("sleep 0.7"))
         .env("PIDFILE", &holder_pid)
-        .spawn()
-        .expect("holder");
+        .start();
     read_when_present(&holder_pid, Duration::from_secs(5));
     // Gives up before the holder is done: nothing of it may stay.
     let mut quitter = redlock(&redis)
         .args(["-k", "lock:early", "--wait", "200ms", "--", "true"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("quitter");
+        .start();
     // Its guardian, started with the run.
     let early = find_guardian(quitter.id(), -1).expect("a run starts its guardian as it starts");
     assert_eq!(wait_bounded(&mut quitter, LIMIT).code(), Some(75));
@@ -778,8 +790,7 @@ fn a_waiters_guardian_guards_its_command_and_leaves_with_it() {
         .args(["-k", "lock:early", "--ttl", "5s", "--wait", "10s", "--"])
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &waiter_pid)
-        .spawn()
-        .expect("waiter");
+        .start();
     let pid: i32 = read_when_present(&waiter_pid, Duration::from_secs(10)).trim().parse().unwrap();
     assert!(wait_until(Duration::from_secs(2), || group_members(pid).len() == 2));
     waiter.kill().unwrap();
@@ -813,11 +824,8 @@ fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
     const KCMP_VM: i64 = 1;
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:own", b"someone-else", b"PX", b"60000"]);
-    let mut waiter = redlock(&redis)
-        .args(["-k", "lock:own", "--wait", "30s", "--", "true"])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut waiter =
+        redlock(&redis).args(["-k", "lock:own", "--wait", "30s", "--", "true"]).stderr(Stdio::null()).start();
     let guardian = find_guardian(waiter.id(), -1);
     let cmdline = |g: i32| {
         String::from_utf8_lossy(&std::fs::read(format!("/proc/{g}/cmdline")).unwrap_or_default())
@@ -852,8 +860,7 @@ fn a_run_that_finds_the_lock_busy_leaves_no_guardian_behind() {
         let mut run = redlock(&redis)
             .args(["-k", "lock:skipped", "--wait", wait, "--", "true"])
             .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .start();
         let pid = run.id();
         assert_eq!(wait_bounded(&mut run, LIMIT).code(), Some(75));
         assert!(
@@ -881,8 +888,7 @@ fn where_the_guardian_cannot_be_execd_a_forked_one_guards_the_command() {
         .args(recorded("sleep 100 & exec sleep 100"))
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn unshare");
+        .start();
     let pgid = recorded_pid(&pidfile);
     let members = wait_until(Duration::from_secs(2), || group_members(pgid).len() == 2);
     // unshare and sh exec'd the wrapper: it has the pid of the process spawned here.
@@ -910,11 +916,13 @@ fn no_guardian_is_left_a_zombie() {
     }
     let redis = RedisServer::start();
     let _: () = redis.cmd(&[b"SET", b"lock:zbusy", b"someone-else", b"PX", b"60000"]);
-    let out = Command::new(std::env::current_exe().unwrap())
+    let mut parent = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "lease::no_guardian_is_left_a_zombie", "--nocapture", "--test-threads", "1"])
         .env("ZOMBIE_TEST_REDIS_URL", redis.url())
-        .output()
-        .expect("run the counting parent");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start();
+    let out = wait_output(&mut parent, LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("statuses: [0, 0, 75, 75]"), "{stdout}");
@@ -933,8 +941,7 @@ fn zombie_counting_parent(url: &str) {
                 let mut run = Command::new(bin())
                     .args(["--redis-url", url, "-k", key, dashes, "true"])
                     .stderr(Stdio::null())
-                    .spawn()
-                    .expect("spawn");
+                    .start();
                 wait_bounded(&mut run, LIMIT).code().unwrap_or(-1)
             })
             .collect();

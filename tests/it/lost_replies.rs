@@ -82,7 +82,7 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
     let out = file(&dir, "fence");
     // Someone else holds the lock briefly; our waiter subscribes and waits for its expiry.
     redis.cmd::<()>(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"1500"]);
-    let waiter = redlock_at(&proxy.url())
+    let mut waiter = redlock_at(&proxy.url())
         .args([
             "-k",
             key,
@@ -97,8 +97,7 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
         ])
         .env("OUT", &out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     // A queued waiter listens on a wake-up channel of its own, and on one for a lock handed over.
     let channels = format!("{{{key}}}:wake:*");
     assert!(
@@ -126,7 +125,7 @@ fn a_retry_after_a_lost_reply_confirms_ownership() {
     assert!(!out.exists(), "the command started before ownership was confirmed");
     assert!(during.replies_dropped > before.replies_dropped);
     proxy.set(Mode::Pass);
-    let done = wait_output(waiter, LIMIT);
+    let done = wait_output(&mut waiter, LIMIT);
     assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
     let fences = std::fs::read_to_string(&out).expect("the command ran");
     assert_eq!(fences.lines().count(), 1, "ran once: {fences:?}");
@@ -156,14 +155,13 @@ fn a_semaphore_holder_whose_reply_was_lost_gets_its_own_fence() {
             .env("OUT", file(&dir, name))
             .env("GO", file(&dir, &format!("{name}.go")))
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
+            .start();
         (child, file(&dir, name), file(&dir, &format!("{name}.go")))
     };
     let fence_of = |out: &std::path::Path| -> u64 { read_when_present(out, LIMIT).trim().parse().unwrap() };
-    let (a, a_out, a_go) = holder(&redis.url(), "a", "0");
+    let (mut a, a_out, a_go) = holder(&redis.url(), "a", "0");
     fence_of(&a_out);
-    let (b, b_out, b_go) = holder(&redis.url(), "b", "0");
+    let (mut b, b_out, b_go) = holder(&redis.url(), "b", "0");
     fence_of(&b_out);
     // The run whose reply will be lost queues for a permit, connected through the proxy.
     let (lost, lost_out, lost_go) = holder(&proxy.url(), "lost", "20s");
@@ -172,7 +170,7 @@ fn a_semaphore_holder_whose_reply_was_lost_gets_its_own_fence() {
     proxy.set(Mode::DropReplies);
     // A lets go; the queued run takes its permit, but never learns it.
     std::fs::write(&a_go, "").unwrap();
-    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut a, LIMIT).status.code(), Some(0));
     let lost_took = || {
         let members: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1"]);
         members.len() == 2
@@ -180,15 +178,15 @@ fn a_semaphore_holder_whose_reply_was_lost_gets_its_own_fence() {
     assert!(wait_until(Duration::from_secs(5), lost_took), "the lost attempt took a permit in Redis");
     // B lets go; another holder takes that permit, and the next fence.
     std::fs::write(&b_go, "").unwrap();
-    assert_eq!(wait_output(b, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut b, LIMIT).status.code(), Some(0));
     let (c, c_out, c_go) = holder(&redis.url(), "c", "5s");
     let c_fence = fence_of(&c_out);
     assert!(!lost_out.exists(), "the command started before ownership was confirmed");
     proxy.set(Mode::Pass);
     let fence = fence_of(&lost_out);
-    for (child, go) in [(lost, lost_go), (c, c_go)] {
+    for (mut child, go) in [(lost, lost_go), (c, c_go)] {
         std::fs::write(&go, "").unwrap();
-        let done = wait_output(child, LIMIT);
+        let done = wait_output(&mut child, LIMIT);
         assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
     }
     assert_eq!(fence, fence_before + 3, "the fence of the attempt whose reply was lost");

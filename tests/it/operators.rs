@@ -44,7 +44,7 @@ fn json_logs_carry_the_lifecycle_events() {
     assert!(lines[0]["message"].as_str().unwrap().contains("busy"));
     redis.cmd::<i64>(&[b"DEL", b"lock:json"]);
 
-    let lost = redlock(&redis)
+    let mut lost = redlock(&redis)
         .args([
             "--log-format",
             "json",
@@ -59,11 +59,10 @@ fn json_logs_carry_the_lifecycle_events() {
             "30",
         ])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:json")));
     redis.cmd::<i64>(&[b"DEL", b"lock:json"]);
-    let out = wait_output(lost, LIMIT);
+    let out = wait_output(&mut lost, LIMIT);
     assert_eq!(out.status.code(), Some(125));
     let lines = json_lines(&String::from_utf8_lossy(&out.stderr));
     assert_eq!(event(&lines, "lock lost")["level"], "WARN");
@@ -156,7 +155,7 @@ fn status_shows_the_holder_and_exits_by_state() {
         .code,
         0
     );
-    let mut holder = redlock(&redis).args(["-k", "lock:status", "--", "sleep", "5"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:status", "--", "sleep", "5"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:status")));
     let held = status(false);
     assert_eq!(held.code, 0, "{}", held.stderr);
@@ -208,21 +207,19 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
     assert_eq!(refused.code, 64, "needs --force: {}", refused.stderr);
     assert!(refused.stderr.contains("--force"));
 
-    let holder = redlock(&redis)
+    let mut holder = redlock(&redis)
         .args(["-k", "lock:stuck", "--ttl", "10s", "--renew-every", "300ms", "--", "sleep", "30"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:stuck")));
     let dir = tmp();
     let started = file(&dir, "started");
-    let waiter = redlock(&redis)
+    let mut waiter = redlock(&redis)
         .args(["-k", "lock:stuck", "--wait", "20s", "--", "touch"])
         .arg(&started)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
+        .start();
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"{lock:stuck}:queue")), "the waiter waits");
     let released = run(
         std::process::Command::new(bin()).args([
             "release",
@@ -237,15 +234,16 @@ fn release_force_frees_a_stuck_lock_and_wakes_waiters() {
     assert_eq!(released.code, 0, "{}", released.stderr);
     let said = String::from_utf8_lossy(&released.stdout);
     assert!(said.contains(&format!("pid {}", holder.id())), "says whose lock it was: {said}");
-    assert!(wait_until(Duration::from_secs(1), || started.exists()), "the waiter woke at once");
-    let out = wait_output(holder, LIMIT);
+    // Long before its 20 s wait ends, with room for a loaded machine.
+    assert!(wait_until(Duration::from_secs(5), || started.exists()), "the waiter woke at once");
+    let out = wait_output(&mut holder, LIMIT);
     assert_eq!(
         out.status.code(),
         Some(125),
         "the old holder noticed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(wait_output(waiter, LIMIT).status.success());
+    assert!(wait_output(&mut waiter, LIMIT).status.success());
 
     let again = run(
         std::process::Command::new(bin()).args([
@@ -303,8 +301,7 @@ fn release_force_json_says_whose_lock_it_was() {
             LIMIT,
         )
     };
-    let mut holder =
-        redlock(&redis).args(["-k", "lock:rel-json", "--", "sleep", "5"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:rel-json", "--", "sleep", "5"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:rel-json")));
     let r = release();
     let _ = holder.kill();

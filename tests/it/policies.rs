@@ -21,38 +21,41 @@ fn a_waiter_starts_right_after_the_holder_releases() {
     let redis = RedisServer::start();
     let dir = tmp();
     let (holder_end, waiter_start) = (file(&dir, "holder-end"), file(&dir, "waiter-start"));
-    let holder = redlock(&redis)
+    let mut holder = redlock(&redis)
         .args(["-k", "lock:handoff", "--", "sh", "-c", "sleep 1; date +%s%N > \"$OUT\""])
         .env("OUT", &holder_end)
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:handoff")));
-    let waiter = redlock(&redis)
-        .args(["-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
+    let mut waiter = redlock(&redis)
+        .args(["-v", "-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
         .env("OUT", &waiter_start)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    assert!(wait_output(holder, LIMIT).status.success());
-    let out = wait_output(waiter, LIMIT);
+        .start();
+    assert!(wait_output(&mut holder, LIMIT).status.success());
+    let out = wait_output(&mut waiter, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let gap_ms = (read_ns(&waiter_start) - read_ns(&holder_end)) as f64 / 1e6;
     eprintln!("handoff: waiter's command started {gap_ms:.1} ms after the holder's ended");
     assert!(gap_ms > 0.0, "the critical sections overlapped by {} ms", -gap_ms);
-    assert!(gap_ms < 200.0, "handoff took {gap_ms} ms");
+    // Right after: the release handed the lock over (no polling, no retry after a delay). The
+    // time is the benchmark's to measure; this bound leaves room for a loaded machine.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("handed_over=true"), "the release handed it over: {stderr}");
+    assert!(gap_ms < 2000.0, "handoff took {gap_ms} ms");
 }
 
 #[test]
 fn the_wait_is_bounded_and_ends_busy() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis).args(["-k", "lock:bounded", "--", "sleep", "5"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:bounded", "--", "sleep", "5"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:bounded")));
     let dir = tmp();
     let marker = file(&dir, "ran");
     let r =
         run(redlock(&redis).args(["-k", "lock:bounded", "--wait", "1s", "--", "touch"]).arg(&marker), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
-    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(2), "{:?}", r.elapsed);
+    // Busy (75) proves it gave up before the holder's 5 s; room for a loaded machine's start.
+    assert!(r.elapsed >= Duration::from_millis(900) && r.elapsed < Duration::from_secs(4), "{:?}", r.elapsed);
     assert!(r.stderr.contains("--wait"), "says the wait ran out: {}", r.stderr);
     let zero = run(
         redlock(&redis).args(["-k", "lock:bounded", "--busy-exit-code", "0", "--", "touch"]).arg(&marker),
@@ -67,7 +70,7 @@ fn the_wait_is_bounded_and_ends_busy() {
 #[test]
 fn waiters_do_not_spin() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis).args(["-k", "lock:spin", "--", "sleep", "3"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:spin", "--", "sleep", "3"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:spin")));
     let before = redis.client_requests();
     let waiters: Vec<_> = (0..10)
@@ -75,13 +78,12 @@ fn waiters_do_not_spin() {
             redlock(&redis)
                 .args(["-k", "lock:spin", "--wait", "30s", "--", "true"])
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
     assert!(wait_bounded(&mut holder, LIMIT).success());
-    for w in waiters {
-        let out = wait_output(w, LIMIT);
+    for mut w in waiters {
+        let out = wait_output(&mut w, LIMIT);
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let used = redis.client_requests() - before;
@@ -142,7 +144,7 @@ fn redis_down_at_start_fails_closed_or_open() {
 #[test]
 fn a_redis_that_comes_up_within_the_wait_is_used() {
     let port = free_port();
-    let wrapper = default_signals(&mut std::process::Command::new(bin()))
+    let mut wrapper = default_signals(&mut std::process::Command::new(bin()))
         .args([
             "-k",
             "lock:late",
@@ -156,11 +158,10 @@ fn a_redis_that_comes_up_within_the_wait_is_used() {
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     std::thread::sleep(Duration::from_millis(500));
     let redis = RedisServer::start_on(port);
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout, b"ran\n");
     assert!(!redis.exists(b"lock:late"));
@@ -169,16 +170,20 @@ fn a_redis_that_comes_up_within_the_wait_is_used() {
 #[test]
 fn min_hold_keeps_the_lock_after_a_short_command() {
     let redis = RedisServer::start();
+    let started = Instant::now();
     let r = run(redlock(&redis).args(["-k", "lock:hold", "--min-hold", "3s", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "the wrapper does not wait: {:?}", r.elapsed);
-    let held_until = Instant::now();
     let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:hold"]);
-    assert!((2000..=3000).contains(&pttl), "the key lives on for the rest of --min-hold: {pttl} ms");
+    // Taken after `started` and kept 3 s from then: the rest of it, less what has passed (the
+    // wrapper did not wait for it, or the key would be gone by now).
+    let passed = started.elapsed().as_millis() as i64;
+    assert!(
+        pttl > 0 && pttl <= 3000 && pttl >= 3000 - passed - 100,
+        "the key lives on for the rest of --min-hold: {pttl} ms, {passed} ms after the run began"
+    );
     let busy = run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT);
     assert_eq!(busy.code, 75, "{}", busy.stderr);
     assert!(wait_until(Duration::from_secs(4), || !redis.exists(b"lock:hold")));
-    assert!(held_until.elapsed() > Duration::from_secs(1));
     assert_eq!(run(redlock(&redis).args(["-k", "lock:hold", "--", "true"]), LIMIT).code, 0);
 }
 
@@ -320,12 +325,11 @@ fn concurrent_runs_with_one_idempotency_key_run_once() {
                 .arg("echo x >> \"$COUNT\"; sleep 0.2")
                 .env("COUNT", &count)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
-    for c in children {
-        let out = wait_output(c, LIMIT);
+    for mut c in children {
+        let out = wait_output(&mut c, LIMIT);
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     }
     assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 1, "exactly one ran");
@@ -341,13 +345,14 @@ fn sigterm_while_waiting_for_a_busy_lock() {
         .args(["-k", "lock:waiting", "--wait", "30s", "--", "touch"])
         .arg(&marker)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
+        .start();
+    // Once it waits in the queue (a fixed delay let a wrapper slow to start die of the signal).
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"{lock:waiting}:queue")), "queued");
     let sent = Instant::now();
     kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGTERM).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));
-    assert!(sent.elapsed() < Duration::from_secs(1));
+    // At once, not at the end of the 30 s wait.
+    assert!(sent.elapsed() < Duration::from_secs(5), "took {:?}", sent.elapsed());
     assert!(!marker.exists());
     assert_eq!(redis.get(b"lock:waiting").as_deref(), Some(&b"other-holder"[..]));
 }
@@ -359,7 +364,7 @@ fn sigterm_while_waiting_for_a_busy_lock() {
 #[test]
 fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
     let redis = RedisServer::start();
-    let holder = redlock(&redis).args(["-k", "lock:forever", "--", "sleep", "1.5"]).spawn().expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:forever", "--", "sleep", "1.5"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:forever")));
     let waiters: Vec<_> = [("--wait", "forever"), ("REDLOCK_WAIT", "forever")]
         .into_iter()
@@ -370,15 +375,12 @@ fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
             } else {
                 cmd.env(source, value);
             }
-            cmd.args(["-vv", "-k", "lock:forever", "--", "true"])
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+            cmd.args(["-vv", "-k", "lock:forever", "--", "true"]).stderr(Stdio::piped()).start()
         })
         .collect();
-    assert!(wait_output(holder, LIMIT).status.success());
-    for waiter in waiters {
-        let out = wait_output(waiter, LIMIT);
+    assert!(wait_output(&mut holder, LIMIT).status.success());
+    for mut waiter in waiters {
+        let out = wait_output(&mut waiter, LIMIT);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         assert!(!stderr.contains("year"), "no limit is shown as one: {stderr}");
@@ -386,17 +388,16 @@ fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
     assert!(!redis.exists(b"lock:forever"));
 
     let port = free_port();
-    let late = default_signals(&mut std::process::Command::new(bin()))
+    let mut late = default_signals(&mut std::process::Command::new(bin()))
         .args(["-k", "lock:late", "--wait", "forever", "--redis-url", &format!("redis://127.0.0.1:{port}")])
         .args(["--", "echo", "ran"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     // Longer than the outage budget of a run that does not wait.
     std::thread::sleep(Duration::from_millis(1500));
     let _late_redis = RedisServer::start_on(port);
-    let out = wait_output(late, LIMIT);
+    let out = wait_output(&mut late, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout, b"ran\n");
 
@@ -404,9 +405,8 @@ fn wait_forever_waits_for_the_release_and_a_signal_ends_it() {
     let mut waiter = redlock(&redis)
         .args(["-k", "lock:forever", "--wait", "forever", "--", "true"])
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
+        .start();
+    assert!(wait_until(Duration::from_secs(10), || redis.exists(b"{lock:forever}:queue")), "queued");
     kill(Pid::from_raw(waiter.id() as i32), Signal::SIGINT).unwrap();
     assert_eq!(wait_bounded(&mut waiter, LIMIT).code(), Some(130));
     assert_eq!(redis.get(b"lock:forever").as_deref(), Some(&b"other-holder"[..]));
@@ -477,11 +477,10 @@ fn fail_open_run(url: &str, key: &str, extra: &[&str]) -> (Run, bool) {
 #[test]
 fn a_held_lock_is_busy_when_redis_is_out_of_memory() {
     let redis = RedisServer::start();
-    let holder = redlock(&redis)
+    let mut holder = redlock(&redis)
         .args(["-k", "lock:oom", "--ttl", "2s", "--", "sleep", "3"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:oom")));
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
 
@@ -492,7 +491,7 @@ fn a_held_lock_is_busy_when_redis_is_out_of_memory() {
         run(redlock(&redis).args(["-q", "--busy-exit-code", "0", "-k", "lock:oom", "--", "false"]), LIMIT);
     assert_eq!(quiet.code, 0, "{}", quiet.stderr);
 
-    let out = wait_output(holder, LIMIT);
+    let out = wait_output(&mut holder, LIMIT);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -529,7 +528,7 @@ fn a_replica_never_fails_open() {
         replica.cmd::<String>(&[b"INFO", b"replication"]).contains("master_link_status:up")
     });
     assert!(synced, "the replica did not sync");
-    let holder = redlock(&master).args(["-k", "lock:replica", "--", "sleep", "2"]).spawn().expect("spawn");
+    let mut holder = redlock(&master).args(["-k", "lock:replica", "--", "sleep", "2"]).start();
     assert!(wait_until(Duration::from_secs(5), || replica.exists(b"lock:replica")), "replicated");
 
     let (held, ran) = fail_open_run(&replica.url(), "lock:replica", &[]);
@@ -540,7 +539,7 @@ fn a_replica_never_fails_open() {
     assert!(!ran, "the command ran without the lock");
     assert!(free.stderr.contains("READONLY"), "quotes Redis: {}", free.stderr);
     assert!(!free.stderr.contains("cannot reach"), "{}", free.stderr);
-    assert!(wait_output(holder, LIMIT).status.success());
+    assert!(wait_output(&mut holder, LIMIT).status.success());
 }
 
 /// A Redis still loading its dataset answers LOADING to everything: never a reason to fail open.
@@ -678,10 +677,7 @@ fn a_tiny_open_file_limit_is_refused_before_anything_runs() {
 #[test]
 fn paused_writes_never_fail_open() {
     let redis = RedisServer::start();
-    let mut holder = redlock(&redis)
-        .args(["-k", "lock:paused", "--ttl", "30s", "--", "sleep", "30"])
-        .spawn()
-        .expect("spawn");
+    let mut holder = redlock(&redis).args(["-k", "lock:paused", "--ttl", "30s", "--", "sleep", "30"]).start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:paused")));
     // Each key: the run's status, what it says, and status's (0 held, 1 free).
     let cases = [("lock:paused", 75, "held by", 0), ("lock:free-while-paused", 69, "writes paused", 1)];
@@ -735,8 +731,7 @@ fn a_redis_at_maxclients_is_retried_not_taken_for_a_wrong_password() {
         .args(["--redis-url", &url, "-k", "lock:full", "--wait", "20s", "--", "touch"])
         .arg(&marker)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     std::thread::sleep(Duration::from_millis(700));
     config(&mut admin, "maxclients", "100");
     let code = wait_bounded(&mut waiting, LIMIT).code();

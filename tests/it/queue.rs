@@ -6,7 +6,7 @@
 //! holds up the queue briefly and never runs beside the next holder.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -19,7 +19,7 @@ const LIMIT: Duration = Duration::from_secs(60);
 const DEAD_WAITER_BOUND: Duration = Duration::from_secs(2);
 
 /// A holder whose command runs until `go` exists (bounded: 60 s).
-fn holder(redis: &RedisServer, key: &str, go: &Path) -> Child {
+fn holder(redis: &RedisServer, key: &str, go: &Path) -> Process {
     let child = hold_until(redis, ["-k", key], go);
     assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())), "the holder took the lock");
     child
@@ -30,7 +30,7 @@ fn queue_len(redis: &RedisServer, key: &str) -> u64 {
 }
 
 /// Waiter `i` appends "i <ns>" to `out` when its command runs.
-fn waiter(redis: &RedisServer, key: &str, i: usize, out: &Path, extra: &[&str]) -> Child {
+fn waiter(redis: &RedisServer, key: &str, i: usize, out: &Path, extra: &[&str]) -> Process {
     redlock(redis)
         .args(["-k", key, "--wait", "50s"])
         .args(extra)
@@ -38,12 +38,11 @@ fn waiter(redis: &RedisServer, key: &str, i: usize, out: &Path, extra: &[&str]) 
         .env("I", i.to_string())
         .env("OUT", out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+        .start()
 }
 
 /// Starts `n` waiters one after the other, each in the queue before the next starts.
-fn queue_up(redis: &RedisServer, key: &str, n: usize, out: &Path) -> Vec<Child> {
+fn queue_up(redis: &RedisServer, key: &str, n: usize, out: &Path) -> Vec<Process> {
     (1..=n)
         .map(|i| {
             let w = waiter(redis, key, i, out, &[]);
@@ -57,11 +56,11 @@ fn queue_up(redis: &RedisServer, key: &str, n: usize, out: &Path) -> Vec<Child> 
 }
 
 /// The holder lets go; it and every waiter must then succeed.
-fn let_go(go: &Path, holder: &mut Child, waiters: Vec<Child>) {
+fn let_go(go: &Path, holder: &mut Process, waiters: Vec<Process>) {
     std::fs::write(go, "").unwrap();
     assert!(wait_bounded(holder, LIMIT).success());
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
+    for mut w in waiters {
+        let o = wait_output(&mut w, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
 }
@@ -128,8 +127,8 @@ fn a_waiter_killed_in_the_middle_delays_the_rest_by_at_most_its_entry() {
     let _ = waiters[4].wait();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
-    for (i, w) in waiters.into_iter().enumerate().filter(|(i, _)| *i != 4) {
-        let o = wait_output(w, LIMIT);
+    for (i, mut w) in waiters.into_iter().enumerate().filter(|(i, _)| *i != 4) {
+        let o = wait_output(&mut w, LIMIT);
         assert_eq!(o.status.code(), Some(0), "waiter {}: {}", i + 1, String::from_utf8_lossy(&o.stderr));
     }
     let runs = runs(&out);
@@ -149,11 +148,11 @@ fn a_run_that_does_not_wait_is_busy_while_waiters_are_queued_even_if_the_lock_is
     let mut holder = holder(&redis, "lock:handoff", &go);
     // A waiter that checks a success record first is not handed the lock: it is woken, and the
     // lock is free until it takes it.
-    let mut queued = vec![waiter(&redis, "lock:handoff", 1, &out, &["--idempotency-key", "job-1"])];
+    let mut queued = waiter(&redis, "lock:handoff", 1, &out, &["--idempotency-key", "job-1"]);
     assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, "lock:handoff") == 1), "queued");
     // The waiter cannot take its turn for a moment: the lock is free, the queue is not.
     let mut stopped = Stopped(Vec::new());
-    stopped.stop(queued[0].id());
+    stopped.stop(queued.id());
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
     assert!(!redis.exists(b"lock:handoff"));
@@ -161,7 +160,7 @@ fn a_run_that_does_not_wait_is_busy_while_waiters_are_queued_even_if_the_lock_is
     drop(stopped);
     assert_eq!(skip.code, 75, "{}", skip.stderr);
     assert!(skip.stderr.contains("free, but runs are queued for it"), "{}", skip.stderr);
-    let o = wait_output(queued.remove(0), LIMIT);
+    let o = wait_output(&mut queued, LIMIT);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(runs(&out).len(), 1);
 }
@@ -198,13 +197,12 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
     let (go, out) = (file(&dir, "go"), file(&dir, "out"));
     let key = "lock:handover";
     let mut holder = holder(&redis, key, &go);
-    let w = redlock(&redis)
+    let mut w = redlock(&redis)
         .args(["-k", key, "--ttl", "20s", "--wait", "50s", "-v", "--", "sh", "-c"])
         .arg("echo \"$REDLOCK_FENCE\" > \"$OUT\"; sleep 0.5")
         .env("OUT", &out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
     // Frozen for a moment: the release hands the lock over all the same, and a run that does
     // not wait finds it held by the waiter.
@@ -237,7 +235,7 @@ fn a_release_hands_the_lock_to_the_first_waiter_which_confirms_it_for_its_ttl() 
         "still subscribed while its command runs: {:?}",
         subscribed()
     );
-    let o = wait_output(w, LIMIT);
+    let o = wait_output(&mut w, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("handed_over=true"), "{stderr}");
@@ -258,7 +256,7 @@ fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
     let (go, pid_file) = (file(&dir, "go"), file(&dir, "pid"));
     let key = "lock:short-ttl-handover";
     let mut holder = holder(&redis, key, &go);
-    let w = redlock_at(&proxy.url())
+    let mut w = redlock_at(&proxy.url())
         .args([
             "-k",
             key,
@@ -273,8 +271,7 @@ fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
         ])
         .env("PID_FILE", &pid_file)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
@@ -293,7 +290,7 @@ fn a_short_ttl_waiter_handed_the_lock_and_cut_off_never_runs_beside_the_next() {
     let next_after = cut.elapsed();
     assert_eq!(next.code, 0, "{}", next.stderr);
     let state = String::from_utf8_lossy(&next.stdout).trim().to_owned();
-    let o = wait_output(w, LIMIT);
+    let o = wait_output(&mut w, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     eprintln!("the next run ran {next_after:?} after the cut; the waiter's command was {state:?} then");
     assert!(
@@ -326,19 +323,17 @@ fn a_lock_handed_over_for_less_than_the_waiters_kill_grace_is_confirmed_first() 
         ])
         .env("GO", &go)
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
-    let w = redlock(&redis)
+    let mut w = redlock(&redis)
         .args(["-k", key, "--wait", "50s", "-v", "--", "sh", "-c", "echo ran >> \"$OUT\"; sleep 0.5"])
         .env("OUT", &out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut holder, LIMIT).success());
-    let o = wait_output(w, LIMIT);
+    let o = wait_output(&mut w, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("handed_over"), "{stderr}");
@@ -365,8 +360,7 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
                 .env("GO", &go)
                 .env("OUT", &out)
                 .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn");
+                .start();
             assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
             // The third round's frozen waiter is continued after its --wait has run out.
             let wait = if r == 2 { "1500ms" } else { "50s" };
@@ -378,8 +372,7 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
                     .env("I", i.to_string())
                     .env("OUT", &out)
                     .stderr(Stdio::piped())
-                    .spawn()
-                    .expect("spawn");
+                    .start();
                 assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, &key) == i as u64));
                 w
             };
@@ -402,10 +395,10 @@ fn a_waiter_frozen_past_its_handover_never_runs_beside_the_next() {
     let ended = || std::fs::read_to_string(out).unwrap_or_default().contains("2 end");
     assert!(wait_until(LIMIT, ended), "the third round's next waiter ended");
     drop(stopped_longer);
-    for (r, (key, out, w1, w2)) in rounds.into_iter().enumerate() {
-        let o = wait_output(w2, LIMIT);
+    for (r, (key, out, mut w1, mut w2)) in rounds.into_iter().enumerate() {
+        let o = wait_output(&mut w2, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{key}: {}", String::from_utf8_lossy(&o.stderr));
-        let o = wait_output(w1, LIMIT);
+        let o = wait_output(&mut w1, LIMIT);
         let stderr = String::from_utf8_lossy(&o.stderr);
         let log = std::fs::read_to_string(&out).unwrap();
         let at = |what: &str| -> i128 {
@@ -438,15 +431,14 @@ fn a_waiter_continued_soon_after_its_wait_ran_out_gives_up_a_lock_handed_to_it()
     let key = "lock:late";
     let mut holder = holder(&redis, key, &go);
     let started = Instant::now();
-    let late = redlock(&redis)
+    let mut late = redlock(&redis)
         .args(["-k", key, "--wait", "1500ms", "--", "sh", "-c", "echo late >> \"$OUT\""])
         .env("OUT", &out)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 1), "queued");
-    let next = waiter(&redis, key, 2, &out, &[]);
-    assert!(wait_until(Duration::from_secs(1), || queue_len(&redis, key) == 2), "queued");
+        .start();
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 1), "queued");
+    let mut next = waiter(&redis, key, 2, &out, &[]);
+    assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 2), "queued");
     let mut stopped = Stopped(Vec::new());
     std::thread::sleep(Duration::from_millis(1300).saturating_sub(started.elapsed()));
     stopped.stop(late.id());
@@ -457,11 +449,11 @@ fn a_waiter_continued_soon_after_its_wait_ran_out_gives_up_a_lock_handed_to_it()
     assert!(wait_bounded(&mut holder, LIMIT).success());
     std::thread::sleep(Duration::from_millis(1850).saturating_sub(started.elapsed()));
     drop(stopped);
-    let o = wait_output(late, LIMIT);
+    let o = wait_output(&mut late, LIMIT);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(75), "{stderr}");
     assert!(stderr.contains("--wait"), "says the wait ran out: {stderr}");
-    let o = wait_output(next, LIMIT);
+    let o = wait_output(&mut next, LIMIT);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     let log = std::fs::read_to_string(&out).unwrap_or_default();
     assert!(!log.contains("late"), "ran after its --wait: {log}");
@@ -482,9 +474,9 @@ fn a_waiter_that_gives_up_or_is_signalled_leaves_the_queue_at_once() {
     assert_eq!(queue_len(&redis, "lock:leave"), 0, "--wait ran out: the entry is gone");
 
     for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGALRM] {
-        let w = queue_up(&redis, "lock:leave", 1, &out).remove(0);
+        let mut w = queue_up(&redis, "lock:leave", 1, &out).remove(0);
         kill(Pid::from_raw(w.id() as i32), sig).unwrap();
-        let o = wait_output(w, LIMIT);
+        let o = wait_output(&mut w, LIMIT);
         let stderr = String::from_utf8_lossy(&o.stderr);
         // 128 + N, with a line saying why (not killed by the signal, silently).
         assert_eq!(o.status.code(), Some(128 + sig as i32), "{sig}: {stderr}");
@@ -508,7 +500,7 @@ fn a_hundred_waiters_cost_four_requests_a_run_plus_keep_alives() {
     let before = redis.client_requests();
     let started = Instant::now();
     let metrics: Vec<_> = (0..N).map(|i| file(&dir, &format!("m{i}.prom"))).collect();
-    let waiters: Vec<Child> = (0..N)
+    let waiters: Vec<Process> = (0..N)
         .map(|i| waiter(&redis, "lock:cost", i, &out, &["--metrics-file", metrics[i].to_str().unwrap()]))
         .collect();
     assert!(wait_until(Duration::from_secs(30), || queue_len(&redis, "lock:cost") == N as u64), "all queued");
@@ -546,29 +538,28 @@ fn waiters_skipped_by_an_idempotency_record_leave_the_queue() {
         .args(["-k", key, "--idempotency-key", "day-1", "--", "sh", "-c"])
         .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || redis.exists(key.as_bytes())));
-    let same_id: Vec<Child> = (1..=3)
+    let same_id: Vec<Process> = (1..=3)
         .map(|i| {
             let w = waiter(&redis, key, i, &out, &["--idempotency-key", "day-1"]);
             assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == i as u64));
             w
         })
         .collect();
-    let other = waiter(&redis, key, 4, &out, &["--idempotency-key", "day-2"]);
+    let mut other = waiter(&redis, key, 4, &out, &["--idempotency-key", "day-2"]);
     assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, key) == 4));
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut first, LIMIT).success());
-    for w in same_id {
-        let o = wait_output(w, LIMIT);
+    for mut w in same_id {
+        let o = wait_output(&mut w, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
         assert!(String::from_utf8_lossy(&o.stderr).contains("already succeeded"));
     }
     // Their entries went with them (an entry left behind would hold the queue for 1.5 s).
     let expiry: u64 = redis.cmd(&[b"ZCARD", format!("{{{key}}}:queue:expiry").as_bytes()]);
     assert!(queue_len(&redis, key) <= 1 && expiry <= 1, "only the day-2 run may still be queued");
-    let o = wait_output(other, LIMIT);
+    let o = wait_output(&mut other, LIMIT);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(runs(&out).iter().map(|(i, _)| *i).collect::<Vec<_>>(), [4]);
 }
@@ -611,11 +602,10 @@ fn waiters_join_again_in_their_order_after_redis_lost_its_data() {
         .arg(HOLD_UNTIL_GO)
         .env("GO", &go)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || redis.exists(b"lock:lost")));
     // Each waiter holds the lock a while, so that the others are queued when it runs.
-    let waiters: Vec<Child> = (1..=4)
+    let waiters: Vec<Process> = (1..=4)
         .map(|i| {
             let w = redlock(&redis)
                 .args(["-k", "lock:lost", "--wait", "50s", "--", "sh", "-c"])
@@ -623,8 +613,7 @@ fn waiters_join_again_in_their_order_after_redis_lost_its_data() {
                 .env("I", i.to_string())
                 .env("OUT", &out)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn");
+                .start();
             assert!(wait_until(Duration::from_secs(10), || queue_len(&redis, "lock:lost") == i as u64));
             w
         })
@@ -639,8 +628,8 @@ fn waiters_join_again_in_their_order_after_redis_lost_its_data() {
     );
     assert_eq!(wait_bounded(&mut holder, LIMIT).code(), Some(125));
     std::fs::write(&go, "").unwrap();
-    for w in waiters {
-        let o = wait_output(w, LIMIT);
+    for mut w in waiters {
+        let o = wait_output(&mut w, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
     let order: Vec<usize> = runs(&out).into_iter().map(|(i, _)| i).collect();

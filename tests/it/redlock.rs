@@ -37,7 +37,8 @@ fn one_node_down_or_frozen_does_not_matter() {
     nodes[0].stop();
     let r = run(quorum(&nodes).args(["-k", "lock:down1", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    // No retry for the node that is down (it refuses at once); room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
     // The node that was down never held the lock: nothing to confirm there.
     assert!(!r.stderr.contains("could not confirm"), "{}", r.stderr);
 
@@ -45,8 +46,9 @@ fn one_node_down_or_frozen_does_not_matter() {
     nodes[1].freeze();
     let r = run(quorum(&nodes).args(["-k", "lock:frozen1", "--", "true"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    // Bounded by the per-node timeout (50 ms at the default TTL), not a TCP timeout.
-    assert!(r.elapsed < Duration::from_secs(1), "took {:?}", r.elapsed);
+    // Bounded by the per-node timeout (50 ms at the default TTL), not a TCP timeout; the bound
+    // leaves room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "took {:?}", r.elapsed);
     nodes[1].thaw();
 }
 
@@ -80,17 +82,16 @@ fn two_of_three_down_is_unavailable_and_leaves_nothing() {
 #[test]
 fn renewal_keeps_a_majority_and_stops_without_one() {
     let mut nodes = nodes(3);
-    let wrapper = quorum(&nodes)
+    let mut wrapper = quorum(&nodes)
         .args(["-k", "lock:renewq", "--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(5), || held_on(&nodes, b"lock:renewq") == 3));
     nodes[0].stop();
     std::thread::sleep(Duration::from_millis(2500));
     assert!(held_on(&nodes[1..], b"lock:renewq") == 2, "still renewed on the two left after a TTL");
     nodes[1].stop();
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     assert_eq!(out.status.code(), Some(125), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -108,7 +109,8 @@ fn five_nodes_with_two_frozen_still_lock() {
     nodes[3].freeze();
     let r = run(quorum(&nodes).args(["-k", "lock:frozen2", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+    // As above: the per-node timeout, with room for a loaded machine.
+    assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
     let fence: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
     assert!(fence > 0);
     for n in &nodes {
@@ -161,11 +163,10 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     // have it.
     let dir = tmp();
     let started = file(&dir, "started");
-    let holder = quorum(&nodes)
+    let mut holder = quorum(&nodes)
         .args(["-k", "lock:fq", "--", "sh", "-c", "touch \"$1\"; sleep 5", "sh"])
         .arg(&started)
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || started.exists()));
     assert!(held_on(&nodes, b"lock:fq") >= 2);
     let mut status = Command::new(bin());
@@ -191,7 +192,11 @@ fn fence_is_the_highest_granted_and_status_counts_nodes() {
     }
     assert_eq!(run(&mut release, LIMIT).code, 0);
     assert_eq!(held_on(&nodes, b"lock:fq"), 0, "released on every node");
-    assert_eq!(wait_output(holder, LIMIT).status.code(), Some(125), "heard at once that it was released");
+    assert_eq!(
+        wait_output(&mut holder, LIMIT).status.code(),
+        Some(125),
+        "heard at once that it was released"
+    );
 
     let even = run(quorum(&nodes[..2]).args(["-k", "lock:even", "--", "true"]), LIMIT);
     assert_eq!(even.code, 0, "{}", even.stderr);
@@ -203,19 +208,18 @@ fn a_release_that_misses_nodes_is_not_reported_as_done() {
     let nodes = nodes(3);
     let dir = tmp();
     let started = file(&dir, "started");
-    let wrapper = quorum(&nodes)
+    let mut wrapper = quorum(&nodes)
         .args(["-k", "lock:partial", "--ttl", "20s", "--", "sh", "-c", "touch \"$1\"; sleep 1", "sh"])
         .arg(&started)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     // Wait for the command, not for the keys: with the keys on every node the wrapper may still
     // be raising the fence counters, and freezing two nodes then fails the acquisition (69).
     assert!(wait_until(Duration::from_secs(5), || started.exists()), "the command started");
     assert!(held_on(&nodes, b"lock:partial") >= 2, "held on a majority");
     nodes[1].freeze();
     nodes[2].freeze();
-    let out = wait_output(wrapper, LIMIT);
+    let out = wait_output(&mut wrapper, LIMIT);
     nodes[1].thaw();
     nodes[2].thaw();
     let stderr = String::from_utf8_lossy(&out.stderr);

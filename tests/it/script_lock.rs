@@ -74,7 +74,7 @@ fn a_script_holds_the_lock_until_it_exits_in_every_shell() {
         let body = r#"eval "$("$RR" lock --key 'lock:it'\''s' --key lock:two --ttl 20s)" || exit
             env | grep '^REDLOCK_' > "$ENV_FILE"
             while [ ! -e "$GO" ]; do sleep 0.01; done"#;
-        let mut s = script(&shell, &redis, body).env("ENV_FILE", &env_file).env("GO", &go).spawn().unwrap();
+        let mut s = script(&shell, &redis, body).env("ENV_FILE", &env_file).env("GO", &go).start();
         let env = read_when_present(&env_file, Duration::from_secs(10));
         let name = shell.join(" ");
         assert_eq!(var(&env, "REDLOCK_LOCK_KEY"), "lock:it's", "{name}");
@@ -133,7 +133,7 @@ fn the_lock_is_released_however_the_script_ends() {
                 "$RR" status --key lock:ends > /dev/null && echo held > "$HELD"
                 {tail}"#
             );
-            let mut s = script(shell, &redis, &body).env("HELD", &held).spawn().unwrap();
+            let mut s = script(shell, &redis, &body).env("HELD", &held).start();
             assert_eq!(read_when_present(&held, Duration::from_secs(10)), "held\n", "{how}");
             if let Some(sig) = signal {
                 kill(Pid::from_raw(s.id() as i32), sig).unwrap();
@@ -217,15 +217,15 @@ fn a_lost_lock_stops_the_script_before_the_key_could_expire() {
             eval "$("$RR" lock --key lock:lost)" || exit
             echo > "$HELD"
             sleep 100 & wait"#;
-        let s = script(&["bash"], &redis, body)
+        let mut s = script(&["bash"], &redis, body)
             .env("HELD", &held)
             .env("TRAPPED", &trapped)
             .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .start();
         read_when_present(&held, Duration::from_secs(10));
-        // The holder's watch begins 25 ms after the lock is taken.
-        std::thread::sleep(Duration::from_millis(300));
+        // The holder's watch begins 25 ms after the lock is taken (300 ms of sleep were not
+        // always enough on a loaded machine).
+        assert!(wait_until(Duration::from_secs(10), || redis.tracking_items() > 0), "the watch began");
         let lost = Instant::now();
         if restart {
             redis.restart_empty();
@@ -235,13 +235,14 @@ fn a_lost_lock_stops_the_script_before_the_key_could_expire() {
                 run(wrapper().args(["release", "--force", "--redis-url", &url, "--key", "lock:lost"]), LIMIT);
             assert_eq!(r.code, 0, "{}", r.stderr);
         }
-        let out = wait_output(s, LIMIT);
+        let out = wait_output(&mut s, LIMIT);
         let stopped = lost.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(7), "restart {restart}: the trap ran: {stderr}");
         assert_eq!(std::fs::read_to_string(&trapped).unwrap(), "term\n");
+        // At once: long before the next renewal (10 s), with room for a loaded machine.
         assert!(
-            stopped < Duration::from_millis(500),
+            stopped < Duration::from_secs(3),
             "restart {restart}: stopped after {stopped:?}, not at once"
         );
         assert!(stderr.contains("lock lost"), "{stderr}");
@@ -323,7 +324,8 @@ fn lock_refuses_what_it_cannot_guard() {
     let url = redis.url();
     let mut lone = wrapper();
     lone.args(["lock", "--redis-url", &url, "--key", "lock:no"]);
-    let out = wait_output(lone.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap(), LIMIT);
+    let mut lone = lone.stdout(Stdio::null()).stderr(Stdio::piped()).start();
+    let out = wait_output(&mut lone, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{stderr}");
     assert!(stderr.contains("its output is not a pipe"), "{stderr}");
@@ -395,14 +397,11 @@ fn a_killed_holder_stops_the_script_and_frees_the_lock() {
     let body = r#"eval "$("$RR" lock --key lock:killed --ttl 20s)" || exit
         echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
         sleep 100"#;
-    let s = script(&["bash"], &redis, body)
-        .env("HOLDER_FILE", &holder_file)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut s =
+        script(&["bash"], &redis, body).env("HOLDER_FILE", &holder_file).stderr(Stdio::piped()).start();
     let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
     kill(Pid::from_raw(holder), Signal::SIGKILL).unwrap();
-    let out = wait_output(s, LIMIT);
+    let out = wait_output(&mut s, LIMIT);
     assert_eq!(out.status.signal(), Some(9), "the script's group was killed");
     assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:killed")), "released at once");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -423,8 +422,7 @@ fn a_stopped_holder_cannot_let_its_script_outlive_the_lease() {
         .env("HOLDER_FILE", &holder_file)
         .env("TICKS", &ticks)
         .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start();
     let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
     kill(Pid::from_raw(holder), Signal::SIGSTOP).unwrap();
     let mut next = script(
@@ -459,7 +457,7 @@ fn a_signal_to_a_waiting_lock_ends_the_script() {
     }
     // SIGTERM to `lock` alone (its holder is not in the signal's way): passed on.
     let body = r#"eval "$("$RR" lock --key lock:signalled --wait forever)" || exit; echo "not reached""#;
-    let s = script(&["bash"], &redis, body).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut s = script(&["bash"], &redis, body).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
     let lock = s.id() as i32;
     let mut pid = None;
     assert!(wait_until(Duration::from_secs(10), || {
@@ -469,7 +467,7 @@ fn a_signal_to_a_waiting_lock_ends_the_script() {
         pid.is_some() && redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]) == 1
     }));
     kill(Pid::from_raw(pid.unwrap()), Signal::SIGTERM).unwrap();
-    let out = wait_output(s, LIMIT);
+    let out = wait_output(&mut s, LIMIT);
     assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(143), &b""[..]), "{out:?}");
     assert_eq!(redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]), 0, "nothing left waiting");
     std::fs::write(&go, "").unwrap();
@@ -545,7 +543,7 @@ fn no_password_in_the_holders_arguments_or_environment() {
         if let Some(pw) = password_var {
             cmd.env("REDLOCK_PASSWORD", pw);
         }
-        let mut s = cmd.spawn().unwrap();
+        let mut s = cmd.start();
         let holder = holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim());
         for what in ["cmdline", "environ"] {
             let bytes = std::fs::read(format!("/proc/{holder}/{what}")).unwrap();
@@ -574,7 +572,7 @@ fn a_script_that_dies_while_waiting_ends_the_wait() {
     let mut other = hold_until(&redis, ["--key", "lock:waited"], &go);
     assert!(wait_until(LIMIT, || redis.exists(b"lock:waited")), "held by another run");
     let body = r#"eval "$("$RR" lock --key lock:waited --wait forever)" || exit; sleep 100"#;
-    let mut s = script(&["bash"], &redis, body).spawn().unwrap();
+    let mut s = script(&["bash"], &redis, body).start();
     let queued = || redis.cmd::<u64>(&[b"ZCARD", b"{lock:waited}:queue"]) == 1;
     assert!(wait_until(Duration::from_secs(10), queued), "the script's lock waits in the queue");
     kill(Pid::from_raw(s.id() as i32), Signal::SIGKILL).unwrap();
@@ -613,19 +611,17 @@ fn the_next_script_waits_for_the_release_of_one_that_ended() {
     let body = r#"eval "$("$RR" lock --key lock:next --ttl 20s)" || exit
         echo "$REDLOCK_HOLDER" > "$HOLDER_FILE"
         while [ ! -e "$GO" ]; do sleep 0.01; done"#;
-    let mut first =
-        script(&["sh"], &redis, body).env("HOLDER_FILE", &holder_file).env("GO", &go).spawn().unwrap();
+    let mut first = script(&["sh"], &redis, body).env("HOLDER_FILE", &holder_file).env("GO", &go).start();
     let holder = Pid::from_raw(holder_pid(read_when_present(&holder_file, Duration::from_secs(10)).trim()));
     kill(holder, Signal::SIGSTOP).unwrap();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut first, LIMIT).success());
-    let next = script(&["sh"], &redis, r#"eval "$("$RR" lock --key lock:next)" || exit"#)
+    let mut next = script(&["sh"], &redis, r#"eval "$("$RR" lock --key lock:next)" || exit"#)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     std::thread::sleep(Duration::from_millis(100));
     kill(holder, Signal::SIGCONT).unwrap();
-    let out = wait_output(next, LIMIT);
+    let out = wait_output(&mut next, LIMIT);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

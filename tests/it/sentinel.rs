@@ -3,7 +3,7 @@
 //! mistake.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::sentinel::{Sentinel, SentinelSet, Setup, Watch};
@@ -109,7 +109,7 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
     };
     let dir = tmp();
     let (beats1, beats2) = (file(&dir, "w1"), file(&dir, "w2"));
-    let holder = |beats: &Path, count: &str, wait: &str| -> Child {
+    let holder = |beats: &Path, count: &str, wait: &str| -> Process {
         let first = beats == beats1.as_path();
         let how = if secured { secured_args(&set, dir.path(), first) } else { set.args() };
         wrapper()
@@ -133,12 +133,11 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn")
+            .start()
     };
     // W1's command runs at least 8 s: well past the point where the key would expire on the
     // promoted replica without renewals there.
-    let w1 = holder(&beats1, "160", "0");
+    let mut w1 = holder(&beats1, "160", "0");
     assert!(wait_until(Duration::from_secs(10), || span(&beats1).is_some()), "W1 did not start");
     let started = Instant::now();
     assert!(
@@ -151,9 +150,10 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
     std::thread::sleep(Duration::from_millis(2200));
     set.master.thaw();
     std::thread::sleep(Duration::from_millis(2300));
-    let w2 = holder(&beats2, "10", "40s");
+    let mut w2 = holder(&beats2, "10", "40s");
     let switched = wait_until(Duration::from_secs(10), || set.switched());
-    let (out1, out2) = (wait_output(w1, Duration::from_secs(60)), wait_output(w2, Duration::from_secs(60)));
+    let (out1, out2) =
+        (wait_output(&mut w1, Duration::from_secs(60)), wait_output(&mut w2, Duration::from_secs(60)));
     assert!(switched, "the Sentinels did not fail over to the replica");
     let (first, second) = (span(&beats1).expect("W1 ran"), span(&beats2));
     let overlap = second.and_then(|(start2, end2)| {
@@ -407,22 +407,39 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
     let marker = file(&dir, "ran");
     let tls_url = format!("rediss://:{SENTINEL_PASSWORD}@localhost:{sentinel_tls}");
     let plain_url = format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{}", sentinel.port);
+    // --fail-open: none of these may run the command. A Sentinel that answers gets 10 s to do
+    // so: a TLS handshake that outlived a 1 s timeout on a loaded machine counted as an outage
+    // and ran the command. A TLS handshake with a plaintext port stalls until the timeout,
+    // which is how that mistake is told (then by a plaintext probe within the same bound).
+    let (answers, stalls) = ("10s", "2s");
     let cases: [(&str, String, &[&str], i32, &str); 5] = [
-        ("verified with the CA", tls_url.clone(), &["--tls-ca-file", &ca], 0, ""),
+        (
+            "verified with the CA",
+            tls_url.clone(),
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
+            0,
+            "",
+        ),
         // Each speaks TLS or not on its own: the same Sentinel at its plaintext port.
-        ("a plaintext Sentinel, a TLS master", plain_url.clone(), &["--tls-ca-file", &ca], 0, ""),
-        ("no CA", tls_url.clone(), &[], 78, "TLS failed"),
+        (
+            "a plaintext Sentinel, a TLS master",
+            plain_url.clone(),
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
+            0,
+            "",
+        ),
+        ("no CA", tls_url.clone(), &["--connect-timeout", answers], 78, "TLS failed"),
         (
             "plaintext to the TLS port",
             format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{sentinel_tls}"),
-            &["--tls-ca-file", &ca],
+            &["--tls-ca-file", &ca, "--connect-timeout", answers],
             78,
             "speaks TLS",
         ),
         (
             "TLS to the plaintext port",
             plain_url.replacen("redis://", "rediss://", 1),
-            &["--tls-ca-file", &ca],
+            &["--tls-ca-file", &ca, "--connect-timeout", stalls],
             78,
             "does not speak TLS",
         ),
@@ -431,15 +448,7 @@ fn a_tls_sentinel_is_verified_with_the_ca() {
         let _ = std::fs::remove_file(&marker);
         let r = run(
             wrapper()
-                .args([
-                    "--fail-open",
-                    "--connect-timeout",
-                    "1s",
-                    "--sentinel",
-                    &at,
-                    "--sentinel-master",
-                    "main",
-                ])
+                .args(["--fail-open", "--sentinel", &at, "--sentinel-master", "main"])
                 .args(["--redis-url", "rediss://ignored.invalid"])
                 .args(flags)
                 .args(["-k", "lock:tls", "--", "touch"])
@@ -517,8 +526,7 @@ fn the_master_is_the_one_most_sentinels_name() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || started.exists()), "the holder did not start");
     for order in [[&stale, &s1, &s2], [&s1, &stale, &s2], [&s2, &s1, &stale]] {
         for _ in 0..3 {
@@ -677,25 +685,26 @@ fn a_new_master_without_the_key_is_a_loss_noticed_at_the_switch() {
         failover_timeout: Duration::from_secs(3),
     };
     let set = SentinelSet::start(3, watch);
-    let holder = wrapper()
+    let mut holder = wrapper()
         .args(set.args())
         .args(["-vv", "-k", "lock:switch", "--renew-every", "300ms", "--", "sleep", "60"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || set.replica.exists(b"lock:switch")), "replicated");
     set.replica.cmd::<()>(&[b"CONFIG", b"SET", b"replica-read-only", b"no"]);
     set.replica.cmd::<()>(&[b"DEL", b"lock:switch"]);
     set.master.freeze();
     let switched = wait_until(Duration::from_secs(15), || set.switched());
     let at = Instant::now();
-    let out = wait_output(holder, LIMIT_SHORT);
+    let out = wait_output(&mut holder, LIMIT_SHORT);
     let took = at.elapsed();
     set.master.thaw();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(switched, "the Sentinels did not fail over: {stderr}");
     assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(took < Duration::from_secs(1), "lost {took:?} after the switch: {stderr}");
+    // At the switch: not after the renewal in flight (24 s) nor at the deadline (30 s); room
+    // for a loaded machine.
+    assert!(took < Duration::from_secs(5), "lost {took:?} after the switch: {stderr}");
     assert!(stderr.contains("revealed_by=renewal"), "{stderr}");
 }

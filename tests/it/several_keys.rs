@@ -4,7 +4,7 @@
 //! (Keys in several slots of a Cluster: `tests/topologies.rs`, which has a Cluster.)
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::*;
@@ -16,7 +16,7 @@ fn keys_args(keys: &[&str]) -> Vec<String> {
 }
 
 /// A run of `keys` that holds until `go` exists (bounded), once it holds all of them.
-fn holder(redis: &RedisServer, keys: &[&str], go: &Path) -> Child {
+fn holder(redis: &RedisServer, keys: &[&str], go: &Path) -> Process {
     let child = hold_until(redis, keys_args(keys), go);
     assert!(
         wait_until(Duration::from_secs(10), || keys.iter().all(|k| redis.exists(k.as_bytes()))),
@@ -30,7 +30,7 @@ fn a_busy_key_leaves_none_of_the_others_held() {
     let redis = RedisServer::start();
     let dir = tmp();
     let go = file(&dir, "go");
-    let a = holder(&redis, &["A"], &go);
+    let mut a = holder(&redis, &["A"], &go);
     let r = run(redlock(&redis).args(keys_args(&["B", "A"])).args(["--", "true"]), LIMIT);
     assert_eq!(r.code, 75, "{}", r.stderr);
     assert!(r.stderr.contains("lock \"A\" is busy: held by"), "the busy key and its holder: {}", r.stderr);
@@ -40,7 +40,7 @@ fn a_busy_key_leaves_none_of_the_others_held() {
     let line: serde_json::Value = serde_json::from_str(json.stderr.lines().last().unwrap()).expect("JSON");
     assert_eq!(line["key"], "A", "the JSON error line names the busy key: {line}");
     std::fs::write(&go, "").unwrap();
-    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut a, LIMIT).status.code(), Some(0));
     // Now both are free: the run takes both, each with its own fence, and lets both go.
     let r = run(
         redlock(&redis).args(keys_args(&["B", "A"])).args([
@@ -81,7 +81,7 @@ fn runs_over_pairs_of_keys_in_any_order_never_deadlock_or_overlap() {
         seed ^= seed << 17;
         seed
     };
-    let runs: Vec<(Vec<&str>, Child)> = (0..24)
+    let runs: Vec<(Vec<&str>, Process)> = (0..24)
         .map(|i| {
             let a = (next() % 3) as usize;
             let b = (a + 1 + (next() % 2) as usize) % 3;
@@ -93,13 +93,12 @@ fn runs_over_pairs_of_keys_in_any_order_never_deadlock_or_overlap() {
                 .env("I", i.to_string())
                 .env("OUT", &out)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn");
+                .start();
             (pair, child)
         })
         .collect();
-    for (pair, child) in runs {
-        let o = wait_output(child, LIMIT);
+    for (pair, mut child) in runs {
+        let o = wait_output(&mut child, LIMIT);
         assert_eq!(o.status.code(), Some(0), "{pair:?}: {}", String::from_utf8_lossy(&o.stderr));
     }
     let log = std::fs::read_to_string(&out).unwrap();
@@ -131,17 +130,16 @@ fn runs_over_pairs_of_keys_in_any_order_never_deadlock_or_overlap() {
 #[test]
 fn losing_any_one_key_stops_the_command() {
     let redis = RedisServer::start();
-    let run_ = redlock(&redis)
+    let mut run_ = redlock(&redis)
         .args(keys_args(&["L1", "L2"]))
         .args(["--ttl", "2s", "--", "sleep", "30"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     assert!(wait_until(Duration::from_secs(10), || redis.exists(b"L1") && redis.exists(b"L2")));
     let url = redis.url();
     let r = run(wrapper().args(["release", "--force", "--redis-url", &url, "--key", "L2"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let o = wait_output(run_, LIMIT);
+    let o = wait_output(&mut run_, LIMIT);
     assert_eq!(o.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -156,25 +154,24 @@ fn a_waiter_wakes_when_the_last_of_its_keys_is_released() {
     let redis = RedisServer::start();
     let dir = tmp();
     let (go_a, go_b) = (file(&dir, "go-a"), file(&dir, "go-b"));
-    let a = holder(&redis, &["W1"], &go_a);
-    let b = holder(&redis, &["W2"], &go_b);
-    let waiter = redlock(&redis)
+    let mut a = holder(&redis, &["W1"], &go_a);
+    let mut b = holder(&redis, &["W2"], &go_b);
+    let mut waiter = redlock(&redis)
         .args(keys_args(&["W1", "W2"]))
         .args(["--wait", "20s", "--", "true"])
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     let queued = |k: &str| redis.cmd::<u64>(&[b"ZCARD", format!("{{{k}}}:queue").as_bytes()]) == 1;
     assert!(wait_until(Duration::from_secs(10), || queued("W1") && queued("W2")), "queued at both keys");
     // A run for W1 alone comes after the waiter, which came first: it is busy.
     std::fs::write(&go_a, "").unwrap();
-    assert_eq!(wait_output(a, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut a, LIMIT).status.code(), Some(0));
     let r = run(redlock(&redis).args(["--key", "W1", "--", "true"]), LIMIT);
     assert_eq!(r.code, 75, "W1 is promised to the waiter: {}", r.stderr);
     assert!(!redis.exists(b"W1"), "the waiter holds nothing while W2 is held");
     std::fs::write(&go_b, "").unwrap();
-    assert_eq!(wait_output(b, LIMIT).status.code(), Some(0));
-    let o = wait_output(waiter, LIMIT);
+    assert_eq!(wait_output(&mut b, LIMIT).status.code(), Some(0));
+    let o = wait_output(&mut waiter, LIMIT);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -208,7 +205,7 @@ fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several
     }
     let dir = tmp();
     let go = file(&dir, "go");
-    let h = holder(&redis, &["S1"], &go);
+    let mut h = holder(&redis, &["S1"], &go);
     let url = redis.url();
     // The operator can still look at such a key (one an older version took).
     let twin = run(wrapper().args(["status", "--redis-url", &url]).args(keys_args(&["{a}"])), LIMIT);
@@ -223,7 +220,7 @@ fn keys_given_twice_or_with_whitespace_are_usage_errors_and_status_takes_several
     assert_eq!(v["keys"][0]["held"], true, "{v}");
     assert_eq!(v["keys"][1]["held"], false, "{v}");
     std::fs::write(&go, "").unwrap();
-    assert_eq!(wait_output(h, LIMIT).status.code(), Some(0));
+    assert_eq!(wait_output(&mut h, LIMIT).status.code(), Some(0));
 }
 
 #[test]
@@ -289,7 +286,7 @@ fn the_operator_commands_report_every_key_even_when_one_fails() {
     let _: u64 = redis.cmd(&[b"RPUSH", b"list", b"x"]);
     let dir = tmp();
     let go = file(&dir, "go");
-    let h = holder(&redis, &["ra", "rc"], &go);
+    let mut h = holder(&redis, &["ra", "rc"], &go);
     let url = redis.url();
     let status = run(
         wrapper().args(["status", "--redis-url", &url, "--json"]).args(keys_args(&["ra", "list", "rc"])),
@@ -313,7 +310,7 @@ fn the_operator_commands_report_every_key_even_when_one_fails() {
     assert!(!redis.exists(b"ra") && !redis.exists(b"rc"), "both held keys released");
     std::fs::write(&go, "").unwrap();
     // Its command ends before its next renewal would notice (0), or after (125).
-    assert!(matches!(wait_output(h, LIMIT).status.code(), Some(0 | 125)));
+    assert!(matches!(wait_output(&mut h, LIMIT).status.code(), Some(0 | 125)));
 }
 
 /// A run nested in another's command, held off by a waiter queued for the outer run's key as
@@ -326,7 +323,7 @@ fn a_nested_run_behind_a_waiter_for_the_outer_lock_says_why_it_waits() {
         let redis = RedisServer::start();
         let dir = tmp();
         let go = file(&dir, "go");
-        let outer = redlock(&redis)
+        let mut outer = redlock(&redis)
             .args(["-k", "A", "--", "sh", "-c"])
             .arg(
                 "i=0; while [ ! -e \"$GO\" ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; \
@@ -337,18 +334,14 @@ fn a_nested_run_behind_a_waiter_for_the_outer_lock_says_why_it_waits() {
             .env("WAIT", wait)
             .env("REDIS_URL", redis.url())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
+            .start();
         assert!(wait_until(Duration::from_secs(10), || redis.exists(b"A")));
-        let both = redlock(&redis)
-            .args(keys_args(&["A", "B"]))
-            .args(["--wait", "30s", "--", "true"])
-            .spawn()
-            .expect("spawn");
+        let mut both =
+            redlock(&redis).args(keys_args(&["A", "B"])).args(["--wait", "30s", "--", "true"]).start();
         let queued = || redis.cmd::<u64>(&[b"ZCARD", b"{B}:queue"]) == 1;
         assert!(wait_until(Duration::from_secs(10), queued), "queued for both");
         std::fs::write(&go, "").unwrap();
-        let o = wait_output(outer, LIMIT);
+        let o = wait_output(&mut outer, LIMIT);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(stderr.contains("nested: 75"), "--wait {wait}: {stderr}");
         let why =
@@ -359,6 +352,6 @@ fn a_nested_run_behind_a_waiter_for_the_outer_lock_says_why_it_waits() {
             "--wait {wait}: warned at once and in the busy line: {stderr}"
         );
         assert!(stderr.contains("take the keys together in the outer run"), "--wait {wait}: {stderr}");
-        assert_eq!(wait_output(both, LIMIT).status.code(), Some(0), "the waiter for both ran after");
+        assert_eq!(wait_output(&mut both, LIMIT).status.code(), Some(0), "the waiter for both ran after");
     }
 }

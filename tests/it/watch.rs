@@ -3,39 +3,77 @@
 //! flushed, or a Redis restarted empty, stops the command long before the next renewal (10 s
 //! at the default `--ttl 30s`); its own renewals and other runs coming and going do not.
 
-use std::process::{Child, Command, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 const LIMIT: Duration = Duration::from_secs(30);
-/// From the trigger to the wrapper's exit: detection, SIGTERM to `sleep`, the release. The
-/// benchmark's bound is 50 ms (p99); this one leaves room for a loaded machine, and is still 20
-/// times shorter than the renewal interval.
-const AT_ONCE: Duration = Duration::from_millis(500);
+/// From the trigger to the wrapper's exit: detection, SIGTERM to `sleep`, the release. What
+/// noticed the loss is in the log (`revealed_by=`); this bound only says it was long before the
+/// next renewal (10 s), with room for a loaded machine (the benchmark's bound is 50 ms, p99).
+const AT_ONCE: Duration = Duration::from_secs(3);
+
+/// A holder, and the file its stderr goes to (read while it runs).
+struct Holder {
+    process: Process,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Holder {
+    /// What it has written to stderr so far.
+    fn said(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (bounded) until its stderr has a line containing `text`.
+    fn says(&self, text: &str) -> bool {
+        wait_until(Duration::from_secs(10), || self.said().contains(text))
+    }
+}
+
+impl Deref for Holder {
+    type Target = Process;
+
+    fn deref(&self) -> &Process {
+        &self.process
+    }
+}
+
+impl DerefMut for Holder {
+    fn deref_mut(&mut self) -> &mut Process {
+        &mut self.process
+    }
+}
 
 /// A holder of `key` with the default lease, `-vv`, running `sleep 30`; returned once its
-/// watch has begun (the key is there and the watch's first check said so).
-fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Child {
-    let child = cmd
+/// watch has begun (the key is there and the watch's first check said so; a fixed 300 ms was
+/// not always enough on a loaded machine).
+fn holder(cmd: &mut Command, key: &str, flags: &[&str]) -> Holder {
+    let dir = tmp();
+    let log = file(&dir, "stderr");
+    let process = cmd
         .args(["-vv", "-k", key])
         .args(flags)
         .args(["--", "sleep", "30"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    // The watch starts 25 ms after the lock is taken; this leaves it time on a busy machine.
-    std::thread::sleep(Duration::from_millis(300));
-    child
+        .stderr(std::fs::File::create(&log).expect("stderr file"))
+        .start();
+    let holder = Holder { process, log, _dir: dir };
+    let began = holder.says("checked: the lock is still this run's notice=watch");
+    assert!(began, "the watch of {key} did not begin: {}", holder.said());
+    holder
 }
 
 /// Waits for the holder after the trigger at `since`: its exit status, stderr and how long it
 /// took from `since`.
-fn ended(child: Child, since: Instant) -> (Option<i32>, String, Duration) {
-    let out = wait_output(child, LIMIT);
+fn ended(mut holder: Holder, since: Instant) -> (Option<i32>, String, Duration) {
+    let status = wait_bounded(&mut holder, LIMIT);
     let took = since.elapsed();
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), took)
+    (status.code(), holder.said(), took)
 }
 
 fn assert_lost_at_once(what: &str, (code, stderr, took): (Option<i32>, String, Duration), by: &str) {
@@ -123,7 +161,8 @@ fn the_holders_set_losing_this_holder_is_a_loss_and_others_changing_it_is_not() 
         let them = holder(&mut redlock(&redis), key, kind);
         let passer = run(redlock(&redis).args(["-k", key]).args(kind).args(["--", "true"]), LIMIT);
         assert_eq!(passer.code, 0, "{kind:?}: {}", passer.stderr);
-        std::thread::sleep(Duration::from_millis(200));
+        let checked = us.says("checked: the lock is still this run's notice=invalidation");
+        assert!(checked, "{kind:?}: the others' changes were checked: {}", us.said());
         assert!(us.try_wait().unwrap().is_none(), "{kind:?}: others coming and going are no loss");
         let members: Vec<String> = redis.cmd(&[b"ZRANGE", key.as_bytes(), b"0", b"-1"]);
         let ours = members
@@ -160,7 +199,7 @@ fn redlock_a_minority_gone_is_a_warning_and_a_majority_a_loss() {
     }
     let mut child = holder(&mut cmd, "lock:q", &[]);
     nodes[0].cmd::<()>(&[b"DEL", b"lock:q"]);
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.says("the lock is gone on 1 of 3 nodes"), "checked: {}", child.said());
     assert!(child.try_wait().unwrap().is_none(), "one node of three is no loss");
     let at = Instant::now();
     nodes[1].cmd::<()>(&[b"DEL", b"lock:q"]);
@@ -195,7 +234,8 @@ fn without_tracking_a_loss_is_found_at_the_next_renewal() {
     assert!(stderr.contains("Redis refused client tracking"), "said once why: {stderr}");
     assert_eq!(stderr.matches("refused client tracking").count(), 1, "{stderr}");
     assert!(stderr.contains("revealed_by=renewal"), "{stderr}");
-    assert!(took < Duration::from_millis(1000 + 500), "at the next renewal: {took:?}");
+    // At a renewal (the log says so), not at the deadline (30 s); room for a loaded machine.
+    assert!(took < Duration::from_secs(1 + 3), "at the next renewal: {took:?}");
 }
 
 /// A run that ends before the watch begins asks Redis for nothing more than it did (its two
@@ -222,14 +262,18 @@ fn a_short_run_asks_nothing_more_and_a_longer_one_one_tracking_link() {
 fn an_expiry_cut_short_is_renewed_at_once() {
     let redis = RedisServer::start();
     let mut child = holder(&mut redlock(&redis), "lock:cut", &[]);
-    redis.cmd::<()>(&[b"PEXPIRE", b"lock:cut", b"200"]);
-    std::thread::sleep(Duration::from_millis(500));
-    let pttl: i64 = redis.cmd(&[b"PTTL", b"lock:cut"]);
-    assert!(pttl > 20_000, "renewed to the full TTL: {pttl} ms");
+    // 5 s: short of the lease, and long enough that a loaded machine renews before it ends.
+    redis.cmd::<()>(&[b"PEXPIRE", b"lock:cut", b"5000"]);
+    let mut pttl = 0;
+    let renewed = wait_until(Duration::from_secs(4), || {
+        pttl = redis.cmd(&[b"PTTL", b"lock:cut"]);
+        pttl > 20_000
+    });
+    assert!(renewed, "renewed to the full TTL: {pttl} ms");
     assert!(child.try_wait().unwrap().is_none(), "still running");
     let _ = child.kill();
-    let out = wait_output(child, LIMIT);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    wait_bounded(&mut child, LIMIT);
+    let stderr = child.said();
     assert!(stderr.contains("the key expires before this run's lease ends; renewing now"), "{stderr}");
 }
 
@@ -241,7 +285,8 @@ fn a_killed_connection_is_no_loss_and_the_watch_goes_on() {
     let mut child = holder(&mut redlock(&redis), "lock:kill", &[]);
     let killed: i64 = redis.cmd(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]);
     assert!(killed >= 1, "the holder's connection was killed");
-    std::thread::sleep(Duration::from_millis(300));
+    // Checked on a new connection, which tracks the key again.
+    assert!(child.says("notice=disconnect"), "checked again: {}", child.said());
     assert!(child.try_wait().unwrap().is_none(), "no loss");
     let at = Instant::now();
     redis.cmd::<()>(&[b"DEL", b"lock:kill"]);
@@ -256,13 +301,12 @@ fn a_killed_connection_is_no_loss_and_the_watch_goes_on() {
 #[test]
 fn other_holders_renewing_cost_at_most_ten_checks_a_second_each() {
     let redis = RedisServer::start();
-    let mut holders: Vec<Child> = (0..5)
+    let mut holders: Vec<Process> = (0..5)
         .map(|_| {
             redlock(&redis)
                 .args(["-k", "lock:busy", "--limit", "6", "--renew-every", "50ms", "--", "sleep", "30"])
                 .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
     std::thread::sleep(Duration::from_millis(700));

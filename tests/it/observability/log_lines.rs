@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
@@ -42,9 +42,9 @@ fn wrapper_on(url: &str, format: &str, args: &[&str]) -> Command {
     cmd
 }
 
-fn finish(what: &'static str, child: Child, fenced: bool) -> Said {
+fn finish(what: &'static str, mut child: Process, fenced: bool) -> Said {
     let pid = child.id();
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     Said { what, pid, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), fenced }
 }
 
@@ -58,18 +58,17 @@ fn every_outcome(format: &str) -> (Vec<Said>, String) {
     let mut said = Vec::new();
 
     // Acquired, renewed (-vv), ran, released.
-    let ok =
-        on(&["-vv", "--ttl", "1s", "--renew-every", "150ms", "--", "sleep", "0.5"]).spawn().expect("spawn");
+    let ok = on(&["-vv", "--ttl", "1s", "--renew-every", "150ms", "--", "sleep", "0.5"]).start();
     said.push(finish("ok", ok, true));
 
     // Busy, at once and at the end of --wait, while another run holds the lock.
     let dir = tmp();
     let go = file(&dir, "go");
     let mut holder = on(&["-v", "--", "sh", "-c", HOLD_UNTIL_GO]);
-    let holder = holder.env("GO", &go).spawn().expect("spawn");
+    let holder = holder.env("GO", &go).start();
     assert!(wait_until(Duration::from_secs(10), || redis.exists(KEY)), "the holder took the lock");
-    said.push(finish("busy", on(&["--", "true"]).spawn().expect("spawn"), false));
-    said.push(finish("wait timeout", on(&["--wait", "200ms", "--", "true"]).spawn().expect("spawn"), false));
+    said.push(finish("busy", on(&["--", "true"]).start(), false));
+    said.push(finish("wait timeout", on(&["--wait", "200ms", "--", "true"]).start(), false));
     std::fs::write(&go, "").unwrap();
     said.push(finish("holder", holder, true));
 
@@ -83,9 +82,7 @@ fn every_outcome(format: &str) -> (Vec<Said>, String) {
     };
 
     // Lost: the key deleted under a run, which stops its command (-v: no debug lines).
-    let lost = on(&[&["-v", "--ttl", "3s", "--renew-every", "100ms"][..], &until_stopped].concat())
-        .spawn()
-        .expect("spawn");
+    let lost = on(&[&["-v", "--ttl", "3s", "--renew-every", "100ms"][..], &until_stopped].concat()).start();
     assert!(has_started(), "the command started");
     let value = redis.get(KEY).expect("the lock's value");
     let token = String::from_utf8_lossy(&value).split(' ').next().unwrap().to_owned();
@@ -93,15 +90,15 @@ fn every_outcome(format: &str) -> (Vec<Said>, String) {
     said.push(finish("lost", lost, true));
 
     // Stopping on SIGTERM.
-    let stopped = on(&[&["-v"][..], &until_stopped].concat()).spawn().expect("spawn");
+    let stopped = on(&[&["-v"][..], &until_stopped].concat()).start();
     assert!(has_started(), "the command started");
     kill(Pid::from_raw(stopped.id() as i32), Signal::SIGTERM).expect("SIGTERM");
     said.push(finish("SIGTERM", stopped, true));
 
     // Redis unreachable, failing closed and open.
-    let unreachable = wrapper_on(&nowhere, format, &["-v", "--", "true"]).spawn().expect("spawn");
+    let unreachable = wrapper_on(&nowhere, format, &["-v", "--", "true"]).start();
     said.push(finish("unreachable", unreachable, false));
-    let open = wrapper_on(&nowhere, format, &["-v", "--fail-open", "--", "true"]).spawn().expect("spawn");
+    let open = wrapper_on(&nowhere, format, &["-v", "--fail-open", "--", "true"]).start();
     said.push(finish("fail-open", open, false));
     (said, token)
 }
@@ -206,7 +203,7 @@ fn a_busy_lock_s_holder_is_an_object_as_status_shows_it() {
     let redis = RedisServer::start();
     let dir = tmp();
     let go = file(&dir, "go");
-    let holder = hold_until(&redis, [OsStr::new("-k"), key()], &go);
+    let mut holder = hold_until(&redis, [OsStr::new("-k"), key()], &go);
     assert!(wait_until(Duration::from_secs(10), || redis.exists(KEY)), "the holder took the lock");
     let busy =
         run(redlock(&redis).args(["--log-format", "json", "-k"]).arg(key()).args(["--", "true"]), LIMIT);
@@ -215,7 +212,7 @@ fn a_busy_lock_s_holder_is_an_object_as_status_shows_it() {
         LIMIT,
     );
     std::fs::write(&go, "").unwrap();
-    assert!(wait_output(holder, LIMIT).status.success());
+    assert!(wait_output(&mut holder, LIMIT).status.success());
     assert_eq!(busy.code, 75, "{}", busy.stderr);
     let line = &json_lines(&busy.stderr)[0];
     let shown: Value = serde_json::from_slice(&status.stdout).expect("status --json");

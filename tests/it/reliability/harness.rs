@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -340,14 +340,14 @@ fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
             .stdout(Stdio::null())
             .stderr(log.try_clone().expect("log handle"));
         let spawned = Instant::now();
-        let child = {
+        let mut child = {
             let mut wrappers = lock(&shared.wrappers);
-            let child = cmd.spawn().expect("spawn the wrapper");
+            let child = cmd.start();
             wrappers.insert(child.id() as i32);
             child
         };
         let pid = child.id() as i32;
-        let status = reap_within(child, shared, LIMIT);
+        let status = reap_within(&mut child, shared, LIMIT);
         let exited = Instant::now();
         let pgid: Option<i32> = std::fs::read_to_string(&pgfile).ok().and_then(|s| s.trim().parse().ok());
         let orphans = match pgid {
@@ -367,7 +367,7 @@ fn wrapper_loop(n: usize, runs: Runs, shared: &Shared, mut rng: Rng) {
 }
 
 /// Waits for a wrapper, bounded; reaping and forgetting its pid happen under one lock.
-fn reap_within(mut child: Child, shared: &Shared, limit: Duration) -> Result<i32, String> {
+fn reap_within(child: &mut Process, shared: &Shared, limit: Duration) -> Result<i32, String> {
     let pid = child.id() as i32;
     let deadline = Instant::now() + limit;
     loop {

@@ -4,19 +4,22 @@
 pub mod fault;
 pub mod logs;
 pub mod oracle;
+pub mod process;
 pub mod prometheus;
 pub mod sentinel;
+pub mod server;
 pub mod tls;
 
+pub use process::{Process, Start};
+pub use server::{RedisServer, free_port, server_binary};
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use tempfile::TempDir;
 
 /// The binary under test: `REDLOCK_TEST_BIN` (another build of it: the aarch64 one under
@@ -29,15 +32,6 @@ pub fn bin() -> &'static str {
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| env!("CARGO_BIN_EXE_redlock-run").into())
     })
-}
-
-/// The server the tests start: `REDLOCK_TEST_SERVER` (a `valkey-server`, say), else
-/// `redis-server` from PATH.
-pub fn server_binary() -> String {
-    std::env::var("REDLOCK_TEST_SERVER")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "redis-server".into())
 }
 
 /// Its command-line client: `REDLOCK_TEST_CLI`, else the `-cli` beside a `-server` given, else
@@ -53,43 +47,8 @@ pub fn cli_binary() -> String {
     }
 }
 
-/// A `redis-server` owned by one test: its own port, temp dir and log, no persistence.
-/// Killed on drop; if the test is failing, its log is printed.
-pub struct RedisServer {
-    pub port: u16,
-    dir: TempDir,
-    process: Option<Child>,
-    /// Options after the defaults (TLS, cluster mode, a password, …).
-    extra: Vec<String>,
-}
-
+/// What a test asks its server, over redis-rs.
 impl RedisServer {
-    pub fn start() -> Self {
-        Self::start_with(&[])
-    }
-
-    /// A server with extra options; `{dir}` in them stands for its temp dir.
-    pub fn start_with(extra: &[&str]) -> Self {
-        let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
-        let extra = extra.iter().map(|a| a.replace("{dir}", &dir.path().display().to_string())).collect();
-        let mut server = RedisServer { port: 0, dir, process: None, extra };
-        for _ in 0..10 {
-            server.port = free_port();
-            if server.launch() {
-                return server;
-            }
-        }
-        panic!("could not start redis-server on a free port (is it installed? apt install redis-server)");
-    }
-
-    /// Starts a server on a given port (one that was free a moment ago).
-    pub fn start_on(port: u16) -> Self {
-        let dir = tempfile::Builder::new().prefix("redlock-test-").tempdir().expect("temp dir");
-        let mut server = RedisServer { port, dir, process: None, extra: Vec::new() };
-        assert!(server.launch(), "could not start redis-server on port {port}");
-        server
-    }
-
     /// Requests clients have sent (from INFO commandstats): every command except those that
     /// only run inside the tool's scripts, which commandstats counts too.
     pub fn client_requests(&self) -> u64 {
@@ -111,21 +70,14 @@ impl RedisServer {
             .sum()
     }
 
-    /// Kills the server (SIGKILL) and starts it again on the same port from the snapshot a
-    /// `SAVE` left in its dir, with `extra` options for this start only. Waits (bounded) until
-    /// it answers, which may be `-LOADING` when `wait_loaded` is false.
-    pub fn restart_from_snapshot(&mut self, extra: &[&str], wait_loaded: bool) {
-        assert!(
-            self.dir.path().join("dump.rdb").exists(),
-            "no snapshot in {}: SAVE first",
-            self.dir.path().display()
-        );
-        self.stop();
-        let kept = self.extra.len();
-        self.extra.extend(extra.iter().map(|a| a.to_string()));
-        let started = if wait_loaded { self.launch() } else { self.launch_until(answers) };
-        self.extra.truncate(kept);
-        assert!(started, "redis-server did not restart on port {}; log:\n{}", self.port, self.log());
+    /// Keys tracked for clients (INFO stats `tracking_total_items`: a key for one client is one
+    /// item, kept until the key changes even after the client has gone): a holder's watch has
+    /// begun once its first check has read the lock key on its tracking connection.
+    pub fn tracking_items(&self) -> u64 {
+        let info: String = self.cmd(&[b"INFO", b"stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("tracking_total_items:")?.trim().parse().ok())
+            .expect("INFO stats has tracking_total_items")
     }
 
     /// How many times clients (or scripts) have called `command` (from INFO commandstats).
@@ -135,67 +87,6 @@ impl RedisServer {
         info.lines()
             .find_map(|l| l.strip_prefix(prefix.as_str())?.split(',').next()?.parse().ok())
             .unwrap_or(0)
-    }
-
-    /// Starts the process on `self.port` and waits (bounded) until it answers PING.
-    fn launch(&mut self) -> bool {
-        self.launch_until(ping)
-    }
-
-    /// Starts the process on `self.port` and waits (bounded) until `ready(port)`.
-    fn launch_until(&mut self, ready: fn(u16) -> bool) -> bool {
-        let log = self.dir.path().join("redis.log");
-        let child = Command::new(server_binary())
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn redis-server (apt install redis-server)");
-        self.process = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Some(status) = self.process.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                eprintln!("redis-server on port {} exited early ({status}); log:\n{}", self.port, self.log());
-                self.process = None;
-                return false;
-            }
-            if ready(self.port) {
-                // Make sure the server answering is ours, not another test's on a reused port.
-                let pid = self.process.as_ref().map(|c| c.id()).unwrap_or(0);
-                if self.server_pid() == Some(pid) {
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.stop();
-        false
-    }
-
-    fn server_pid(&self) -> Option<u32> {
-        let mut conn =
-            redis::Client::open(self.url()).ok()?.get_connection_with_timeout(Duration::from_secs(1)).ok()?;
-        let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
-        info.lines().find_map(|l| l.strip_prefix("process_id:")?.trim().parse().ok())
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
     }
 
     pub fn conn(&self) -> redis::Connection {
@@ -222,53 +113,6 @@ impl RedisServer {
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         self.cmd(&[b"GET", key])
     }
-
-    pub fn pid(&self) -> Pid {
-        Pid::from_raw(self.process.as_ref().expect("running").id() as i32)
-    }
-
-    pub fn freeze(&self) {
-        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP redis");
-    }
-
-    pub fn thaw(&self) {
-        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis");
-    }
-
-    /// Kills the server and starts a new, empty one on the same port.
-    pub fn restart_empty(&mut self) {
-        self.stop();
-        assert!(self.launch(), "redis-server did not restart on port {}; log:\n{}", self.port, self.log());
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.process.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- redis-server log (port {}) ---\n{}", self.port, self.log());
-        }
-        self.thaw_quietly();
-        self.stop();
-    }
-}
-
-impl RedisServer {
-    fn thaw_quietly(&self) {
-        if let Some(c) = &self.process {
-            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
-        }
-    }
 }
 
 /// Options for a master whose replica is started next: the master sends the replica its
@@ -284,51 +128,6 @@ pub fn redis_value(redis: &RedisServer, key: &str) -> Option<String> {
         "string" => redis.get(key.as_bytes()).map(|v| String::from_utf8_lossy(&v).into_owned()),
         other => Some(format!("<{other}>")),
     }
-}
-
-/// A port nothing listens on right now.
-/// A loopback port for a server of a test, or for one that must stay unanswered: free now, one
-/// this process has not handed out before, and below the kernel's ephemeral range (32768 on),
-/// so that no `bind(0)` and no outgoing connection of a wrapper takes it meanwhile. (Such ports,
-/// handed out again while a test still counted on them, let one test's Redis answer another's
-/// "nothing listens here".) From 10000 to 19999, so that a Cluster node's bus port (+10000)
-/// is never another node's port.
-pub fn free_port() -> u16 {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let offset = std::process::id().wrapping_mul(7919) % 10_000;
-    for _ in 0..10_000 {
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let port = 10_000 + ((offset + n) % 10_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port from 10000 to 19999");
-}
-
-fn ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
-    else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 7];
-    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
-}
-
-/// Whether something on `port` answers a PING like a Redis: `+PONG`, or an error such as
-/// `-LOADING`.
-fn answers(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
-    else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut first = [0u8; 1];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut first).is_ok() && matches!(first[0], b'+' | b'-')
 }
 
 /// A TCP service on a loopback port that is not Redis: it answers every connection's first
@@ -427,14 +226,13 @@ pub fn hold_until<S: AsRef<std::ffi::OsStr>>(
     redis: &RedisServer,
     args: impl IntoIterator<Item = S>,
     go: &Path,
-) -> Child {
+) -> Process {
     redlock(redis)
         .args(args)
         .args(["--", "sh", "-c", HOLD_UNTIL_GO])
         .env("GO", go)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
+        .start()
 }
 
 /// The wrapper with a clean environment (no REDLOCK_* or REDIS_URL from the test runner).
@@ -526,7 +324,7 @@ pub fn wrapper() -> Command {
 
 /// Polls `children` until all but `running` of them have exited (bounded by `limit`); returns
 /// their exit codes so far (`None` for those still running).
-pub fn settle(children: &mut [Child], running: usize, limit: Duration) -> Vec<Option<i32>> {
+pub fn settle(children: &mut [Process], running: usize, limit: Duration) -> Vec<Option<i32>> {
     let mut codes = vec![None; children.len()];
     wait_until(limit, || {
         for (c, code) in children.iter_mut().zip(codes.iter_mut()) {
@@ -544,24 +342,27 @@ pub struct Run {
     pub stdout: Vec<u8>,
     pub stderr: String,
     pub elapsed: Duration,
+    /// The wrapper and whatever it left behind, for the test to look at until it drops the run.
+    #[expect(dead_code, reason = "held, not read: killed on drop")]
+    pub process: Process,
 }
 
 /// Runs to completion, bounded by `limit` (the process is killed and the test fails beyond it).
 pub fn run(cmd: &mut Command, limit: Duration) -> Run {
     let started = Instant::now();
-    let child =
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn");
-    let out = wait_output(child, limit);
+    let mut process = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
+    let out = wait_output(&mut process, limit);
     Run {
         code: out.status.code().unwrap_or_else(|| panic!("wrapper died of a signal: {:?}", out.status)),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: started.elapsed(),
+        process,
     }
 }
 
 /// Collects a child's output, killing it if it runs longer than `limit`.
-pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+pub fn wait_output(child: &mut Child, limit: Duration) -> Output {
     let (tx, rx) = std::sync::mpsc::channel();
     let mut stdout = child.stdout.take();
     let mut stderr = child.stderr.take();
@@ -579,7 +380,7 @@ pub fn wait_output(mut child: Child, limit: Duration) -> Output {
         }
         let _ = tx.send((out, err.join().unwrap_or_default()));
     });
-    let status = wait_bounded(&mut child, limit);
+    let status = wait_bounded(child, limit);
     // Leftover processes may hold the pipes open; give the readers a bounded moment.
     let (stdout, stderr) = rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
     Output { status, stdout, stderr }
@@ -659,6 +460,33 @@ pub fn process_alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether process `pid` has a handler of its own for `signal` (`SigCgt` in /proc): sent
+/// before then, the signal's default action (death, a stop) is taken instead.
+pub fn catches(pid: u32, signal: nix::sys::signal::Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| u64::from_str_radix(l.strip_prefix("SigCgt:")?.trim(), 16).ok())
+        .is_some_and(|caught| caught & (1 << (signal as i32 - 1)) != 0)
+}
+
+/// Bytes that reached loopback port `port` and that no one has read yet: what a client sent
+/// to a frozen (SIGSTOPped) server there, which the kernel still receives.
+pub fn unread_at(port: u16) -> u64 {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    tcp.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            let local = u16::from_str_radix(fields.get(1)?.rsplit_once(':')?.1, 16).ok()?;
+            let rx = u64::from_str_radix(fields.get(4)?.split_once(':')?.1, 16).ok()?;
+            (local == port).then_some(rx)
+        })
+        .sum()
+}
+
 /// Reads a file the command under test writes (e.g. its pid), waiting for it to appear.
 pub fn read_when_present(path: &Path, limit: Duration) -> String {
     let mut text = String::new();
@@ -698,12 +526,11 @@ pub fn contended_counter(redis_args: &[String], key: &str, wrappers: usize, roun
                 .env("BIN", bin())
                 .env("COUNTER", &counter)
                 .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
-    for c in children {
-        let out = wait_output(c, Duration::from_secs(120));
+    for mut c in children {
+        let out = wait_output(&mut c, Duration::from_secs(120));
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
     std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap()
@@ -731,8 +558,7 @@ pub fn exactly_one_of(n: usize, key: &str, wrapper: impl Fn() -> Command) {
                 .arg(&release)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn")
+                .start()
         })
         .collect();
     let mut codes = settle(&mut children, 1, Duration::from_secs(20));
@@ -756,19 +582,20 @@ pub fn run_into_closed_pipe(cmd: &mut Command, limit: Duration) -> Run {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
     let started = Instant::now();
-    let child = cmd.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).spawn().expect("spawn");
-    let out = wait_output(child, limit);
+    let mut process = cmd.stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).start();
+    let out = wait_output(&mut process, limit);
     Run {
         code: out.status.code().unwrap_or_else(|| panic!("died of a signal: {:?}", out.status)),
         stdout: out.stdout,
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         elapsed: started.elapsed(),
+        process,
     }
 }
 
 /// A busy loop on every core, for as long as it lives (and never more than two minutes, should
 /// the test die without dropping it).
-pub struct CpuHog(Vec<Child>);
+pub struct CpuHog(#[expect(dead_code, reason = "held, not read: killed on drop")] Vec<Process>);
 
 impl CpuHog {
     pub fn start() -> Self {
@@ -779,26 +606,16 @@ impl CpuHog {
                     Command::new("timeout")
                         .args(["120", "sh", "-c", "while :; do :; done"])
                         .stdin(Stdio::null())
-                        .spawn()
-                        .expect("spawn a busy loop")
+                        .start()
                 })
                 .collect(),
         )
     }
 }
 
-impl Drop for CpuHog {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
-            let _ = child.wait();
-        }
-    }
-}
-
 /// Starts `cmd` as the leader of a new session whose controlling terminal is a new pty, as a
 /// login shell's job would be. Returns the child and the pty master (drained in the background).
-pub fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
+pub fn spawn_on_pty(cmd: &mut Command) -> (Process, std::fs::File) {
     use std::os::fd::OwnedFd;
     use std::os::unix::process::CommandExt;
     let pty = nix::pty::openpty(None, None).expect("openpty");
@@ -818,7 +635,7 @@ pub fn spawn_on_pty(cmd: &mut Command) -> (std::process::Child, std::fs::File) {
             Ok(())
         });
     }
-    let child = cmd.spawn().expect("spawn");
+    let child = cmd.start();
     drop(slave);
     let mut reader = master.try_clone().unwrap();
     std::thread::spawn(move || {

@@ -62,7 +62,7 @@ pub fn promtool_check(text: &str) -> bool {
         return false;
     };
     child.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to promtool");
-    let out = super::wait_output(child, std::time::Duration::from_secs(30));
+    let out = super::wait_output(&mut child, std::time::Duration::from_secs(30));
     let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}\n{text}");
     true
