@@ -207,8 +207,7 @@ fn a_guardian_that_cannot_run_the_releaser_says_why_and_leaves_the_lock_to_expir
         .args(["sh", "-c", "echo $$ > \"$PIDFILE\"; exec sleep 100"])
         .env("PIDFILE", &pidfile)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        .start();
     let pid: i32 = read_when_present(&pidfile, Duration::from_secs(5)).trim().parse().unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
     kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGKILL).unwrap();

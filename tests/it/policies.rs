@@ -257,13 +257,13 @@ fn a_success_whose_record_cannot_be_confirmed_is_reported_unrecorded() {
         cmd
     };
     let runs = || std::fs::read_to_string(&count).unwrap_or_default().lines().count();
-    let child =
-        job(&proxy.url()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child =
+        job(&proxy.url()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).start();
     assert!(wait_until(LIMIT, || runs() == 1), "the command started");
     // Redis stays, the way to it goes: the release and the record cannot be confirmed.
     proxy.set(Mode::Reset);
     std::fs::write(&go, "").unwrap();
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "the command's status: {stderr}");
     assert!(
@@ -287,7 +287,7 @@ fn a_success_whose_record_redis_refused_is_reported_unrecorded() {
     let redis = RedisServer::start();
     let dir = tmp();
     let (started, go) = (file(&dir, "started"), file(&dir, "go"));
-    let child = redlock(&redis)
+    let mut child = redlock(&redis)
         .args(["-k", "lock:norecord", "--idempotency-key", "d1", "--", "sh", "-c"])
         .arg("touch \"$STARTED\"; until [ -e \"$GO\" ]; do sleep 0.02; done")
         .env("STARTED", &started)
@@ -295,12 +295,11 @@ fn a_success_whose_record_redis_refused_is_reported_unrecorded() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .start();
     assert!(wait_until(LIMIT, || started.exists()), "the command started");
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"1"]);
     std::fs::write(&go, "").unwrap();
-    let out = wait_output(child, LIMIT);
+    let out = wait_output(&mut child, LIMIT);
     let stderr = String::from_utf8_lossy(&out.stderr);
     redis.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
     assert_eq!(out.status.code(), Some(0), "{stderr}");

@@ -348,8 +348,9 @@ fn the_command_finds_no_password_under_proc() {
         cat "$p/environ" "$p/cmdline" 2>/dev/null
         for f in "$p"/fd/*; do [ -f "$f" ] && cat "$f" 2>/dev/null; done
     done > "$SEEN"; exit 0"#;
+    let mut wrapper = Command::new(stage.path("redlock-run"));
     let out = wait_output(
-        Command::new(stage.path("redlock-run"))
+        &mut wrapper
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("REDLOCK_REDIS_URL", format!("redis://job@127.0.0.1:{}", redis.port))
@@ -362,8 +363,7 @@ fn the_command_finds_no_password_under_proc() {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn"),
+            .start(),
         LIMIT,
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
