@@ -132,7 +132,13 @@ fn a_refused_value_names_the_variable_it_came_from() {
         for from_env in [true, false] {
             let mut cmd = wrapper();
             if var != "REDLOCK_REDIS_URL" {
-                cmd.args(["--redis-url", &redis.url()]);
+                // TLS files are read for a URL that speaks TLS (with none, they are refused).
+                let url = if var.starts_with("REDLOCK_TLS") {
+                    redis.url().replace("redis:", "rediss:")
+                } else {
+                    redis.url()
+                };
+                cmd.args(["--redis-url", &url]);
             }
             if var != "REDLOCK_KEY" {
                 cmd.args(["-k", "lock:named"]);
