@@ -553,6 +553,11 @@ fn a_replica_never_fails_open() {
 /// answer while loading.)
 #[test]
 fn a_loading_redis_never_fails_open() {
+    if server_version().0 < 7 {
+        // Without `loading-process-events-interval-bytes` (7.0) a loading server answers nothing.
+        eprintln!("skipped: the server cannot be made to answer LOADING");
+        return;
+    }
     let mut redis = RedisServer::start();
     redis.cmd::<()>(&[b"EVAL", b"for i = 1, 3000 do redis.call('SET', 'filler:' .. i, i) end", b"0"]);
     redis.cmd::<()>(&[b"SAVE"]);
@@ -699,6 +704,8 @@ fn paused_writes_never_fail_open() {
         assert!(!ran, "{key}: --fail-open ran the command while Redis answered");
         assert!(!r.stderr.contains("WITHOUT A LOCK"), "{key}: {}", r.stderr);
         assert!(r.stderr.contains(says), "{key}: says why: {}", r.stderr);
+        // Redis 6.2 has no EVALSHA_RO: status's script waits for the writes, past its timeout.
+        let status_code = if server_version().0 < 7 { 69 } else { status_code };
         assert_eq!(status.code, status_code, "{key}: status while writes are paused: {}", status.stderr);
     }
     kill(Pid::from_raw(holder.id() as i32), Signal::SIGTERM).expect("kill");

@@ -213,17 +213,9 @@ fn redlock_a_minority_gone_is_a_warning_and_a_majority_a_loss() {
 #[test]
 fn without_tracking_a_loss_is_found_at_the_next_renewal() {
     let redis = RedisServer::start();
-    redis.cmd::<()>(&[
-        b"ACL",
-        b"SETUSER",
-        b"untracked",
-        b"on",
-        b">pw",
-        b"~*",
-        b"&*",
-        b"+@all",
-        b"-client|tracking",
-    ]);
+    // Redis 6.2's ACL cannot take a subcommand away: CLIENT as a whole, there.
+    let untracked: &[u8] = if server_version().0 < 7 { b"-client" } else { b"-client|tracking" };
+    redis.cmd::<()>(&[b"ACL", b"SETUSER", b"untracked", b"on", b">pw", b"~*", b"&*", b"+@all", untracked]);
     let url = format!("redis://untracked:pw@127.0.0.1:{}", redis.port);
     let child = holder(&mut redlock_at(&url), "lock:u", &["--renew-every", "1s"]);
     assert!(redis.exists(b"lock:u"));
@@ -250,10 +242,13 @@ fn a_short_run_asks_nothing_more_and_a_longer_one_one_tracking_link() {
         assert_eq!(run(redlock(&redis).args(["-k", "lock:cost", "--", "true"]), LIMIT).code, 0);
     }
     assert_eq!(redis.client_requests() - before, 5 * 2, "an acquire and a release a run");
-    assert_eq!((redis.calls("hello"), redis.calls("client|tracking")), (0, 0), "no tracking for `true`");
+    // Redis 6.2 counts CLIENT as one command, the client library's own CLIENT SETINFO with it.
+    let tracking = || if server_version().0 < 7 { 0 } else { redis.calls("client|tracking") };
+    assert_eq!((redis.calls("hello"), tracking()), (0, 0), "no tracking for `true`");
     let r = run(redlock(&redis).args(["-k", "lock:cost", "--", "sleep", "0.3"]), LIMIT);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!((redis.calls("hello"), redis.calls("client|tracking")), (1, 1), "one tracking link");
+    let once = if server_version().0 < 7 { 0 } else { 1 };
+    assert_eq!((redis.calls("hello"), tracking()), (1, once), "one tracking link");
 }
 
 /// Someone cutting the key's expiry short of the holder's lease (a `PEXPIRE`) is heard, and the

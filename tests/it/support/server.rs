@@ -20,6 +20,19 @@ pub fn server_binary() -> String {
         .unwrap_or_else(|| "redis-server".into())
 }
 
+/// The server's version, major and minor (`redis-server --version`: "… v=6.2.14 …"; Valkey 8.1
+/// says 8.1): a test of what a later server does can tell an older one.
+pub fn server_version() -> (u32, u32) {
+    static VERSION: std::sync::OnceLock<(u32, u32)> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = Command::new(server_binary()).arg("--version").output().expect("the server's --version");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let v = text.split_whitespace().find_map(|w| w.strip_prefix("v=")).expect("v= in --version");
+        let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    })
+}
+
 /// A `redis-server` owned by one test: its own port, temp dir and log, no persistence.
 /// Killed on drop; if the test is failing, its log is printed.
 pub struct RedisServer {
