@@ -84,14 +84,17 @@ impl Lock {
             },
         ))
         .await;
+        let n = answers.len();
         let mut faults = Vec::new();
         let mut outcome = None;
-        // Written if any node wrote it: a run finds the record on any node it asks.
-        let mut recorded = Err(String::new());
+        let (mut written, mut not_written) = (0, None);
         for answer in answers {
             match answer {
                 Ok((released, record)) => {
-                    recorded = recorded.or(record);
+                    match record {
+                        Ok(()) => written += 1,
+                        Err(why) => not_written = Some(why),
+                    }
                     match released {
                         Released::Deleted => outcome = Some(Released::Deleted),
                         Released::Kept if outcome != Some(Released::Deleted) => {
@@ -106,10 +109,26 @@ impl Lock {
             }
         }
         // A node that did not answer may still hold the lock: that is a failure to retry (a
-        // retry finds the nodes already released "not ours", which is fine), never a success.
-        if !faults.is_empty() {
+        // retry finds the nodes already released "not ours", which is fine), never a success —
+        // but for a minority of a quorum, whose lock no run can count on: it expires there.
+        if !faults.is_empty() && (n == 1 || n - faults.len() < quorum(n)) {
             return Err(fault::worst(faults));
         }
+        for fault in &faults {
+            tracing::debug!(
+                "release: a node of the quorum did not answer ({fault}); its copy expires by itself"
+            );
+        }
+        // The record counts where a run would find it: on the node, or on a majority of a quorum
+        // (a minority that has it may be the part that is down when the next run asks).
+        let recorded = match not_written {
+            Some(why) if written < quorum(n) => Err(if n == 1 {
+                why
+            } else {
+                format!("written on {written} of {n} nodes, {} needed; {why}", quorum(n))
+            }),
+            _ => Ok(()),
+        };
         Ok((outcome.ok_or_else(|| Fault::Internal("no node to release on".into()))?, recorded))
     }
 }

@@ -131,8 +131,8 @@ impl Lock {
         // The first key's fence counter, as the busy answers found it.
         let mut new_seen = None;
         let mut faults: Vec<Fault> = Vec::new();
-        // Which nodes failed, and how, for a quorum's message.
-        let mut failed: Vec<(usize, String)> = Vec::new();
+        // Which nodes failed, how, and whether that is a mistake to fix rather than an outage.
+        let mut failed: Vec<(usize, String, bool)> = Vec::new();
         let mut done = None;
         while let Some((i, answer)) = pending.next().await {
             match answer {
@@ -154,7 +154,8 @@ impl Lock {
                 }
                 Ok(NodeAcquired::Done(r)) => done = Some(r),
                 Err(f) => {
-                    failed.push((i, f.to_string()));
+                    let mistake = matches!(f, Fault::Config(_) | Fault::Denied(_) | Fault::WrongType(_));
+                    failed.push((i, f.to_string(), mistake));
                     faults.push(f);
                 }
             }
@@ -173,7 +174,16 @@ impl Lock {
         self.seen = new_seen;
         self.queued |= join && (queued.is_some() || !busy.is_empty());
         let granted = granted_by.len();
+        let (busy_answers, queued_answer, done_answer) = (busy.len(), queued.is_some(), done.is_some());
         if granted >= quorum && done.is_none() {
+            // A node that answers but can never hold the lock (a Sentinel, a refusal, TLS that
+            // cannot work) leaves the quorum with less room than it seems to have.
+            for (i, why, _) in failed.iter().filter(|(_, _, mistake)| *mistake) {
+                let target = &self.nodes[*i].target;
+                let why =
+                    if why.contains(target.as_str()) { why.clone() } else { format!("{target}: {why}") };
+                tracing::warn!("{why}; the lock is held on the other nodes");
+            }
             if n == 1 || self.raise_fences(g, &granted_by, &fences).await >= quorum {
                 // A node that did not answer in time may still carry out the request.
                 for (i, may_hold) in self.may_hold.iter_mut().enumerate() {
@@ -215,9 +225,14 @@ impl Lock {
         }
         // A quorum: which nodes failed and how many answered, not every node as unreachable.
         failed.sort();
-        let answered = n - failed.len();
-        let nodes: Vec<String> =
-            failed.iter().map(|(i, why)| format!("{}: {why}", self.nodes[*i].target)).collect();
+        let answered = granted + busy_answers + usize::from(queued_answer) + usize::from(done_answer);
+        let mut nodes: Vec<String> =
+            failed.iter().map(|(i, why, _)| format!("{}: {why}", self.nodes[*i].target)).collect();
+        let unasked = n - answered - failed.len();
+        if unasked > 0 {
+            // Not waited for once a majority could no longer grant.
+            nodes.push(format!("{unasked} more not waited for"));
+        }
         let why = format!("{answered} of {n} nodes answered, {quorum} needed; {}", nodes.join("; "));
         Err(worst.with_message(why))
     }

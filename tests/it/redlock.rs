@@ -287,3 +287,45 @@ fn a_healthy_quorum_grants_while_every_core_is_busy() {
     eprintln!("200 acquisitions with every core busy in {:?}", started.elapsed());
     assert!(failures.is_empty(), "{} of 200 failed: {failures:#?}", failures.len());
 }
+
+/// The quorum's error counts the nodes that answered, not those it stopped waiting for; a
+/// frozen minority does not make the release unconfirmed (no run can count on that copy, which
+/// expires); and a success record on a minority is no record.
+#[test]
+fn a_quorum_counts_what_answered_and_a_minority_is_not_a_majority() {
+    let mut down = nodes(3);
+    let urls: Vec<String> = down.iter().map(RedisServer::url).collect();
+    for node in &mut down {
+        node.stop();
+    }
+    let r = run(quorum(&down).args(["-k", "lock:none", "--", "true"]), LIMIT);
+    assert_eq!(r.code, 69, "{}", r.stderr);
+    assert!(r.stderr.contains("0 of 3 nodes answered, 2 needed"), "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("{}: ", urls[0])), "{}", r.stderr);
+
+    let nodes = nodes(3);
+    nodes[2].freeze();
+    let r = run(quorum(&nodes).args(["-k", "lock:frozen", "--", "true"]), LIMIT);
+    nodes[2].thaw();
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("could not confirm"), "{}", r.stderr);
+
+    let dir = tmp();
+    let metrics = file(&dir, "metrics");
+    let oom = "redis-cli -p \"$A\" config set maxmemory 1 >/dev/null; redis-cli -p \"$B\" config set maxmemory 1 >/dev/null";
+    let r = run(
+        quorum(&nodes)
+            .args(["-k", "lock:minority", "--idempotency-key", "d", "--metrics-file"])
+            .arg(&metrics)
+            .args(["--", "sh", "-c", oom])
+            .env("A", nodes[0].port.to_string())
+            .env("B", nodes[1].port.to_string()),
+        LIMIT,
+    );
+    for node in &nodes[..2] {
+        node.cmd::<()>(&[b"CONFIG", b"SET", b"maxmemory", b"0"]);
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("written on 1 of 3 nodes, 2 needed"), "{}", r.stderr);
+    assert!(std::fs::read_to_string(&metrics).unwrap().contains("outcome=\"unrecorded\"} 1"));
+}
