@@ -78,16 +78,46 @@ fn what_is_wrong(url: &str) -> Option<String> {
         });
     }
     let rest = rest.strip_prefix("//")?;
+    if rest.contains('#') {
+        // redis-rs reads `#insecure` as: do not verify the certificate. That is --tls-insecure's
+        // to say, with its warning on every run.
+        return Some(
+            "a URL fragment (`#…`) is not taken: for TLS without verification, give --tls-insecure".into(),
+        );
+    }
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
+    if authority.matches('@').count() > 1 {
+        // The last `@` ends the credentials: the host after it would be sent the password and
+        // what looks like the host before it.
+        return Some("more than one `@`: percent-encode `@` in a user name or password (%40)".into());
+    }
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
     let port = if let Some(v6) = host_port.strip_prefix('[') {
-        let Some((_, after)) = v6.split_once(']') else {
+        let Some((address, after)) = v6.split_once(']') else {
             return Some("an IPv6 address's `[` has no closing `]`: redis://[::1]:6379".into());
         };
+        if address.split('%').next().is_none_or(|a| a.parse::<std::net::Ipv6Addr>().is_err()) {
+            return Some(format!(
+                "[{}] is not an IPv6 address: brackets are for one, as in redis://[::1]:6379",
+                address.escape_default()
+            ));
+        }
+        if !after.is_empty() && !after.starts_with(':') {
+            return Some("after an IPv6 address's `]` comes `:port` or nothing".into());
+        }
         after.strip_prefix(':')
     } else {
-        host_port.rsplit_once(':').map(|(_, port)| port)
+        let (host, port) = host_port.split_once(':').map_or((host_port, None), |(h, p)| (h, Some(p)));
+        if host.is_empty() {
+            return Some(
+                "no host: redis://host:port (credentials before it: redis://user:password@host)".into(),
+            );
+        }
+        if port.is_some_and(|p| p.contains(':')) {
+            return Some("more than one `:` after the host: one port, or an IPv6 address in brackets".into());
+        }
+        port
     };
     match port.filter(|p| !p.is_empty()) {
         Some(port) if !port.bytes().all(|b| b.is_ascii_digit()) => {
@@ -257,6 +287,12 @@ mod tests {
             ("redis://bob:S3cret", "the port (after the host's `:`) is not a number"),
             ("redis://h/first", "the database (after the host's `/`) is not a number"),
             ("unix:relative.sock", "takes an absolute path"),
+            ("rediss://h:6380#insecure", "give --tls-insecure"),
+            ("redis://u:S3cret@127.0.0.1:6379@evil", "more than one `@`"),
+            ("redis://u:S3cret@[127.0.0.1]:6379", "is not an IPv6 address"),
+            ("redis://u:S3cret@", "no host"),
+            ("redis://u:S3cret@:6379", "no host"),
+            ("redis://h:6379:6380", "more than one `:`"),
         ] {
             let Err(e) = super::parse(url, "--redis-url") else { panic!("{url} parsed") };
             let e = e.to_string();
