@@ -70,7 +70,8 @@ fn main_status(holder: &mut bool) -> u8 {
             return exit::status::SUCCESS;
         }
         Err(stop) => {
-            eprint!("{}", stop.usage_error());
+            // A mistyped variable may be why (REDLOCK_KYE: then --key is missing).
+            eprint!("{}{}", config::env::mistyped_lines(), stop.usage_error());
             return exit::status::USAGE;
         }
     };
@@ -84,6 +85,9 @@ fn main_status(holder: &mut bool) -> u8 {
                 verbosity: config::Verbosity::Normal,
                 format: config::LogFormat::Text,
             });
+            for (name, meant) in config::env::mistyped_variables() {
+                tracing::warn!("{name} is set but configures nothing: did you mean {meant}?");
+            }
             return report(e, config::LogFormat::Text);
         }
     };

@@ -81,20 +81,36 @@ impl Outer {
     }
 }
 
-/// `REDLOCK_*` variables of the environment that nothing reads but that are a letter or two
-/// from one that something does (`REDLOCK_TLL`): likely typos, with the variable meant. Others
-/// are the user's own and pass on unremarked.
+/// `REDLOCK_*` variables of the environment that configure nothing but are a letter or two
+/// from one that does (`REDLOCK_TLL`): likely typos, with the variable meant. The variables a
+/// run gives its command, and any others, are the user's own and pass on unremarked.
 pub fn mistyped_variables() -> Vec<(String, &'static str)> {
-    let known = || WRAPPER_VARIABLES.iter().chain(vars::ALL.iter()).copied();
     std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
-        .filter(|name| name.starts_with("REDLOCK_") && !known().any(|k| k == name))
+        .filter(|name| {
+            name.starts_with("REDLOCK_")
+                && !WRAPPER_VARIABLES.contains(&name.as_str())
+                && !vars::ALL.contains(&name.as_str())
+        })
         .filter_map(|name| {
             let typed = &name["REDLOCK_".len()..];
             let allowed = if typed.len() <= 4 { 1 } else { 2 };
-            let (edits, meant) =
-                known().map(|k| (edits(typed.as_bytes(), &k.as_bytes()["REDLOCK_".len()..]), k)).min()?;
-            (edits <= allowed).then_some((name, meant))
+            let distance = |k: &str| edits(typed.as_bytes(), &k.as_bytes()["REDLOCK_".len()..]);
+            let meant = WRAPPER_VARIABLES.iter().copied().min_by_key(|k| distance(k))?;
+            // Nearer to a variable of the command's (REDLOCK_TOKENS): the user's own.
+            let nearest_output = vars::ALL.iter().map(|k| distance(k)).min().unwrap_or(usize::MAX);
+            let edits = distance(meant);
+            (edits <= allowed && edits < nearest_output).then_some((name, meant))
+        })
+        .collect()
+}
+
+/// The warnings of [`mistyped_variables`], one line each, for where no log is set up yet.
+pub fn mistyped_lines() -> String {
+    mistyped_variables()
+        .into_iter()
+        .map(|(name, meant)| {
+            format!("redlock-run: warning: {name} is set but configures nothing: did you mean {meant}?\n")
         })
         .collect()
 }

@@ -276,9 +276,18 @@ fn a_mistyped_variable_is_named_with_the_one_meant() {
             .env("REDLOCK_DEPLOY_TARGET", "prod")
             .env("REDLOCK_FENCE", "12")
             .env("REDLOCK_TTL_MS", "30000")
+            .env("REDLOCK_TOKENS", "mine")
             .args(["-k", "lock:typo", "--", "true"]),
         LIMIT,
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(!r.stderr.contains("configures nothing"), "{}", r.stderr);
+    // Said also where the typo is why the command line is wrong.
+    let r = run(redlock(&redis).env("REDLOCK_KYE", "lock:typo").args(["--", "true"]), LIMIT);
+    assert_eq!(r.code, 64, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("REDLOCK_KYE is set but configures nothing: did you mean REDLOCK_KEY?"),
+        "{}",
+        r.stderr
+    );
 }
