@@ -1,15 +1,13 @@
-//! The command's spawn: std's `Command` (fork and exec, its process group), with the
-//! parent-death signal, the terminal, `PR_SET_NO_NEW_PRIVS` and the guardian told set before
-//! the exec, and PATH searched as execvp does.
+//! The command's spawn: `CLONE_VM | CLONE_VFORK`, like posix_spawn, with the parent-death
+//! signal, the process group, the terminal and `PR_SET_NO_NEW_PRIVS` set before the exec, and
+//! PATH searched as execvp does.
 
-use std::ffi::{CString, OsStr, OsString};
 use std::io;
-use std::os::unix::process::CommandExt;
 
 use nix::libc;
-use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
 use nix::unistd::Pid;
 
+use super::clone::clone_until_exec;
 use super::dispositions::{HANDLERS, handlers_now};
 use super::guardian::{GUARD, Guardian};
 
@@ -29,19 +27,17 @@ pub struct Launch<'g> {
     pub guardian: Option<&'g Guardian>,
 }
 
-/// What the command's process needs between the fork and its exec, made beforehand: nothing
-/// may be allocated there (the fork copied one thread of a process with several).
-struct Exec {
-    /// Where to look for the program, in order (null-terminated).
-    candidates: Vec<*const libc::c_char>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
+/// What the command's process reports to the wrapper before its exec: the error that stopped
+/// it (0: none, the exec happened).
+struct Handoff {
+    /// Where to look for the program, in order (a null pointer ends the list).
+    candidates: *const *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
     /// `/bin/sh`, the candidate, then `argv` without its first word: for a file that is not an
     /// executable format (a script without `#!`), which POSIX runs with `sh`. The second word
     /// is filled in by the new process.
-    sh_argv: Vec<*const libc::c_char>,
-    #[expect(dead_code, reason = "held, not read: the pointers point into them")]
-    strings: Vec<CString>,
+    sh_argv: *mut *const libc::c_char,
     parent: libc::pid_t,
     foreground: bool,
     no_new_privs: bool,
@@ -49,26 +45,32 @@ struct Exec {
     guardian: libc::c_int,
     /// The signals to set back to their default ([`HANDLERS`]).
     reset: u64,
+    errno: libc::c_int,
+    /// The guardian could not be told the pid: it is gone (someone killed it).
+    guardian_gone: bool,
 }
 
-// SAFETY: the pointers point into `strings`, which `Exec` owns and never changes; only the new
-// process, in its own copy of the memory, writes (`sh_argv[1]`).
-unsafe impl Send for Exec {}
-// SAFETY: as for `Send`: nothing is written through a shared `Exec`.
-unsafe impl Sync for Exec {}
+/// The command's stack until its exec (searching PATH needs a few KiB; untouched pages cost
+/// nothing).
+const SPAWN_STACK: usize = 256 * 1024;
 
 /// Starts `program` (searched in PATH as execvp(3) does, a script without `#!` run by
-/// `/bin/sh`) with `argv` and the environment `envp` ("NAME=value" each), sharing stdio with
-/// the wrapper; returns its pid once its exec has happened, or the error that stopped it.
+/// `/bin/sh`) with `argv` and the environment
+/// `envp` ("NAME=value" each), sharing stdio with the wrapper; returns its pid once its exec
+/// has happened, or the error that stopped it.
 ///
-/// std's `Command` forks and makes it a process group; what posix_spawn(3) cannot do (the
-/// parent-death signal, telling the guardian, the terminal, `PR_SET_NO_NEW_PRIVS`) is done in
-/// the new process before its exec ([`Exec::run`]), which is also made there: musl's execvp
-/// does not run a script without `#!` with `sh`. The new process starts with every signal
-/// blocked and resets the wrapper's handlers before it unblocks them.
-pub fn spawn(program: &OsStr, argv: &[OsString], envp: &[OsString], launch: Launch<'_>) -> io::Result<Pid> {
+/// Like posix_spawn(3), the new process runs in the wrapper's memory until it execs
+/// ([`clone_until_exec`]); posix_spawn itself cannot set the parent-death signal, which is why
+/// this is done here. The new process resets the wrapper's handlers before it unblocks signals.
+pub fn spawn(
+    program: &std::ffi::OsStr,
+    argv: &[std::ffi::OsString],
+    envp: &[std::ffi::OsString],
+    launch: Launch<'_>,
+) -> io::Result<Pid> {
+    use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
-    let c = |s: &OsStr| {
+    let c = |s: &std::ffi::OsStr| {
         CString::new(s.as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
     };
@@ -79,55 +81,47 @@ pub fn spawn(program: &OsStr, argv: &[OsString], envp: &[OsString], launch: Laun
         .iter()
         .map(|p| c(p))
         .collect::<io::Result<Vec<_>>>()?;
-    let args = argv.iter().map(|a| c(a)).collect::<io::Result<Vec<_>>>()?;
-    let vars = envp.iter().map(|e| c(e)).collect::<io::Result<Vec<_>>>()?;
+    let argv = argv.iter().map(|a| c(a)).collect::<io::Result<Vec<_>>>()?;
+    let envp = envp.iter().map(|e| c(e)).collect::<io::Result<Vec<_>>>()?;
     let pointers = |strings: &[CString]| {
         strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect::<Vec<_>>()
     };
-    let (candidates_ptrs, argv_ptrs, envp_ptrs) = (pointers(&candidates), pointers(&args), pointers(&vars));
+    let (candidate_ptrs, argv_ptrs, envp_ptrs) = (pointers(&candidates), pointers(&argv), pointers(&envp));
     let mut sh_argv = vec![c"/bin/sh".as_ptr(), std::ptr::null()];
     sh_argv.extend_from_slice(&argv_ptrs[1..]);
-    let guardian = launch.guardian.map_or(-1, Guardian::socket);
-    let mut exec = Exec {
-        candidates: candidates_ptrs,
-        argv: argv_ptrs,
-        envp: envp_ptrs,
-        sh_argv,
-        strings: candidates.into_iter().chain(args).chain(vars).collect(),
+    let mut handoff = Handoff {
+        candidates: candidate_ptrs.as_ptr(),
+        argv: argv_ptrs.as_ptr(),
+        envp: envp_ptrs.as_ptr(),
+        sh_argv: sh_argv.as_mut_ptr(),
         parent: nix::unistd::getpid().as_raw(),
         foreground: launch.foreground,
         no_new_privs: launch.no_new_privs,
-        guardian,
+        guardian: launch.guardian.map_or(-1, Guardian::socket),
         reset: match HANDLERS.load(std::sync::atomic::Ordering::Relaxed) {
             0 => handlers_now(),
             noted => noted,
         },
+        errno: 0,
+        guardian_gone: false,
     };
-    let mut command = std::process::Command::new(program);
-    command.args(&argv[1..]).process_group(0);
-    // SAFETY: `Exec::run` makes only async-signal-safe calls, allocates nothing and touches
-    // only its own `Exec` (the new process's copy).
-    unsafe { command.pre_exec(move || exec.run()) };
-    // The new process inherits this thread's mask (std leaves it alone), so no handler of the
-    // wrapper's runs in it, on its copy of the wrapper's memory, before it resets them.
-    let mut old = SigSet::empty();
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
-    let spawned = command.spawn();
-    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    match spawned {
-        // Reaped by the wrapper (`Child::wait`): std's handle neither waits nor kills when dropped.
-        Ok(child) => Ok(Pid::from_raw(child.id() as libc::pid_t)),
-        // std has reaped the process, which did not exec.
-        Err(e) if guardian >= 0 && e.raw_os_error() == Some(GUARDIAN_GONE) => {
-            Err(io::Error::other(GuardianGone))
+    // SAFETY: `launched` makes only async-signal-safe calls and ends in exec or _exit; it reads
+    // `handoff` (alive in this frame, which CLONE_VFORK suspends until the exec) and what it
+    // points to, and writes its `errno` and the second word of `sh_argv` (a vector of this frame).
+    let pid = unsafe { clone_until_exec(launched, (&raw mut handoff).cast(), SPAWN_STACK) }?;
+    // SAFETY: read after CLONE_VFORK returned: the new process no longer runs in this memory.
+    let errno = unsafe { std::ptr::read_volatile(&raw const handoff.errno) };
+    if errno != 0 {
+        // It exited without exec'ing: reap it here, its status means nothing.
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        // SAFETY: as `errno` above.
+        if unsafe { std::ptr::read_volatile(&raw const handoff.guardian_gone) } {
+            return Err(io::Error::other(GuardianGone));
         }
-        Err(e) => Err(e),
+        return Err(io::Error::from_raw_os_error(errno));
     }
+    Ok(Pid::from_raw(pid))
 }
-
-/// The error the new process reports when it could not tell the guardian its pid, whatever
-/// the write's own error: nothing else before the exec fails with it.
-const GUARDIAN_GONE: libc::c_int = libc::EPIPE;
 
 /// Why [`spawn`] failed when the guardian died between its last check and the spawn: the
 /// command's process did not exec, and may be started again with another guardian.
@@ -149,82 +143,84 @@ impl GuardianGone {
     }
 }
 
-impl Exec {
-    /// The command's process from the fork (std has made it a process group) to its exec;
-    /// returns only the error that stopped it.
-    fn run(&mut self) -> io::Result<()> {
-        let fail = |errno: libc::c_int| {
-            Err(io::Error::from_raw_os_error(if errno == 0 { libc::ECHILD } else { errno }))
+/// The command's process from the clone to its exec, in the wrapper's memory.
+extern "C" fn launched(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY (whole body): `arg` is the `Handoff` on the suspended wrapper's stack; only
+    // async-signal-safe system calls are made, and nothing is allocated or locked.
+    unsafe {
+        let handoff = &mut *arg.cast::<Handoff>();
+        let fail = |handoff: &mut Handoff, errno: libc::c_int| -> libc::c_int {
+            handoff.errno = if errno == 0 { libc::ECHILD } else { errno };
+            libc::_exit(127)
         };
-        // SAFETY (whole body): only async-signal-safe system calls on what `self` owns; nothing
-        // is allocated or locked.
-        unsafe {
-            // The wrapper's handlers must not run here: back to the defaults (exec would reset
-            // them anyway), with SIGPIPE as a command expects it (the wrapper ignores it).
-            // Ignored signals (nohup) stay ignored. Which ones have a handler is known
-            // (`HANDLERS`).
-            let mut reset = self.reset;
-            let mut sig = 1;
-            while reset != 0 {
-                if reset & 1 != 0 {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-                reset >>= 1;
-                sig += 1;
+        // The wrapper's handlers must not run here: back to the defaults (exec would reset them
+        // anyway), with SIGPIPE as a command expects it (the wrapper ignores it). Ignored
+        // signals (nohup) stay ignored. Which ones have a handler is known (`HANDLERS`).
+        let mut reset = handoff.reset;
+        let mut sig = 1;
+        while reset != 0 {
+            if reset & 1 != 0 {
+                libc::signal(sig, libc::SIG_DFL);
             }
-            // The parent-death signal fires when the *thread* that forked exits; the command is
-            // spawned from the main thread, which lives as long as the wrapper.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return fail(*libc::__errno_location());
-            }
-            if libc::getppid() != self.parent {
-                // The wrapper died before the line above took effect.
-                return fail(libc::ESRCH);
-            }
-            if self.guardian >= 0 {
-                // Its process group is its pid: from here on, a dead wrapper means a dead group.
-                let mut message = [GUARD; 5];
-                message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
-                let sent =
-                    libc::send(self.guardian, message.as_ptr().cast(), message.len(), libc::MSG_NOSIGNAL);
-                if sent != 5 {
-                    return fail(GUARDIAN_GONE);
-                }
-            }
-            if self.foreground {
-                // SIGTTOU is blocked: a background group may take the terminal.
-                libc::tcsetpgrp(0, libc::getpid());
-            }
-            if self.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return fail(*libc::__errno_location());
-            }
-            let mut empty: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut empty);
-            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            // execvp(3)'s search, the same with any C library: the first candidate that execs
-            // wins; one found but not executable (EACCES) is reported if none does.
-            let mut denied = false;
-            for &candidate in self.candidates.iter().take_while(|c| !c.is_null()) {
-                libc::execve(candidate, self.argv.as_ptr(), self.envp.as_ptr());
-                match *libc::__errno_location() {
-                    libc::ENOEXEC => {
-                        self.sh_argv[1] = candidate;
-                        libc::execve(c"/bin/sh".as_ptr(), self.sh_argv.as_ptr(), self.envp.as_ptr());
-                        return fail(*libc::__errno_location());
-                    }
-                    libc::EACCES => denied = true,
-                    // Not there (or a PATH entry too long to be a path): the next one.
-                    libc::ENOENT
-                    | libc::ENOTDIR
-                    | libc::ESTALE
-                    | libc::ENODEV
-                    | libc::ETIMEDOUT
-                    | libc::ENAMETOOLONG => {}
-                    errno => return fail(errno),
-                }
-            }
-            fail(if denied { libc::EACCES } else { libc::ENOENT })
+            reset >>= 1;
+            sig += 1;
         }
+        if libc::setpgid(0, 0) != 0 {
+            return fail(handoff, *libc::__errno_location());
+        }
+        // The parent-death signal fires when the *thread* that cloned exits; the command is
+        // spawned from the main thread, which lives as long as the wrapper.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return fail(handoff, *libc::__errno_location());
+        }
+        if libc::getppid() != handoff.parent {
+            // The wrapper died before the line above took effect.
+            return fail(handoff, libc::ESRCH);
+        }
+        if handoff.guardian >= 0 {
+            // Its process group is its pid: from here on, a dead wrapper means a dead group.
+            let mut message = [GUARD; 5];
+            message[1..].copy_from_slice(&libc::getpid().to_ne_bytes());
+            if libc::write(handoff.guardian, message.as_ptr().cast(), message.len()) != 5 {
+                handoff.guardian_gone = true;
+                return fail(handoff, *libc::__errno_location());
+            }
+        }
+        if handoff.foreground {
+            // SIGTTOU is blocked: a background group may take the terminal.
+            libc::tcsetpgrp(0, libc::getpid());
+        }
+        if handoff.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return fail(handoff, *libc::__errno_location());
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // execvp(3)'s search, the same with any C library: the first candidate that execs
+        // wins; one found but not executable (EACCES) is reported if none does.
+        let mut denied = false;
+        let mut at = handoff.candidates;
+        while !(*at).is_null() {
+            libc::execve(*at, handoff.argv, handoff.envp);
+            match *libc::__errno_location() {
+                libc::ENOEXEC => {
+                    *handoff.sh_argv.add(1) = *at;
+                    libc::execve(c"/bin/sh".as_ptr(), handoff.sh_argv.cast_const(), handoff.envp);
+                    return fail(handoff, *libc::__errno_location());
+                }
+                libc::EACCES => denied = true,
+                // Not there (or a PATH entry too long to be a path): the next one.
+                libc::ENOENT
+                | libc::ENOTDIR
+                | libc::ESTALE
+                | libc::ENODEV
+                | libc::ETIMEDOUT
+                | libc::ENAMETOOLONG => {}
+                errno => return fail(handoff, errno),
+            }
+            at = at.add(1);
+        }
+        fail(handoff, if denied { libc::EACCES } else { libc::ENOENT })
     }
 }
 

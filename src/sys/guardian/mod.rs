@@ -129,9 +129,9 @@ impl Guardian {
         let stack = CloneStack::new(GUARDIAN_STACK)?;
         // SAFETY: `guardian_exec` only reads `exec` and what it points to, which live in
         // `Starting` with the stack until it has exec'd or exited, makes bare system calls
-        // that write no memory the wrapper uses, and ends in exec or _exit. The wrapper does not
-        // wait for the exec.
-        let pid = unsafe { clone_blocked(guardian_exec, (&raw mut *exec).cast(), &stack) }?;
+        // that write no memory the wrapper uses, and ends in exec or _exit. No CLONE_VFORK: the
+        // wrapper does not wait for the exec.
+        let pid = unsafe { clone_blocked(guardian_exec, (&raw mut *exec).cast(), &stack, 0) }?;
         Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
     }
 
