@@ -20,8 +20,13 @@ fn a_waiter_starts_right_after_the_holder_releases() {
     let redis = RedisServer::start();
     let dir = tmp();
     let (holder_end, waiter_start) = (file(&dir, "holder-end"), file(&dir, "waiter-start"));
+    let go = file(&dir, "go");
+    // The holder ends once the waiter waits, queued and listening (a holder's fixed second ran
+    // out on a loaded machine before the waiter had queued: it then found the lock free).
     let mut holder = redlock(&redis)
-        .args(["-k", "lock:handoff", "--", "sh", "-c", "sleep 1; date +%s%N > \"$OUT\""])
+        .args(["-k", "lock:handoff", "--", "sh", "-c"])
+        .arg(format!("{HOLD_UNTIL_GO}; date +%s%N > \"$OUT\""))
+        .env("GO", &go)
         .env("OUT", &holder_end)
         .start();
     assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:handoff")));
@@ -30,6 +35,12 @@ fn a_waiter_starts_right_after_the_holder_releases() {
         .env("OUT", &waiter_start)
         .stderr(Stdio::piped())
         .start();
+    let listening = || {
+        let grants: Vec<Vec<u8>> = redis.cmd(&[b"PUBSUB", b"CHANNELS", b"{lock:handoff}:wake:*:grant"]);
+        redis.exists(b"{lock:handoff}:queue") && grants.len() == 1
+    };
+    assert!(wait_until(Duration::from_secs(10), listening), "the waiter waits, listening");
+    std::fs::write(&go, "").unwrap();
     assert!(wait_output(&mut holder, LIMIT).status.success());
     let out = wait_output(&mut waiter, LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
