@@ -610,7 +610,7 @@ fn children_of(parent: i32) -> Vec<i32> {
 /// The script's exit reaches its parent a moment before its holder has released: the next
 /// run on the host, even without `--wait`, waits that moment out instead of finding the lock
 /// busy (a holder of this host that has ended is releasing). The moment is stretched here by
-/// stopping the holder for 100 ms.
+/// stopping the holder until the next run has found the lock held.
 #[test]
 fn the_next_script_waits_for_the_release_of_one_that_ended() {
     let redis = RedisServer::start();
@@ -624,11 +624,15 @@ fn the_next_script_waits_for_the_release_of_one_that_ended() {
     kill(holder, Signal::SIGSTOP).unwrap();
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut first, LIMIT).success());
+    let attempts = redis.calls("evalsha");
     let mut next = script(&["sh"], &redis, r#"eval "$("$RR" lock --key lock:next)" || exit"#)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .start();
-    std::thread::sleep(Duration::from_millis(100));
+    // Continued once the next run has found the lock held (its first attempt): it waits a
+    // bounded moment for the release, which a fixed 100 ms plus a loaded machine's wake-up of
+    // the holder outlasted.
+    assert!(wait_until(Duration::from_secs(10), || redis.calls("evalsha") > attempts), "it tried");
     kill(holder, Signal::SIGCONT).unwrap();
     let out = wait_output(&mut next, LIMIT);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
