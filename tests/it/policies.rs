@@ -20,23 +20,27 @@ fn read_ns(path: &std::path::Path) -> i128 {
 fn a_waiter_starts_right_after_the_holder_releases() {
     let redis = RedisServer::start();
     let dir = tmp();
-    let (holder_end, waiter_start, go) =
-        (file(&dir, "holder-end"), file(&dir, "waiter-start"), file(&dir, "go"));
+    let (holder_end, waiter_start) = (file(&dir, "holder-end"), file(&dir, "waiter-start"));
+    let go = file(&dir, "go");
+    // The holder ends once the waiter waits, queued and listening (a holder's fixed second ran
+    // out on a loaded machine before the waiter had queued: it then found the lock free).
     let mut holder = redlock(&redis)
         .args(["-k", "lock:handoff", "--", "sh", "-c"])
-        .arg("until [ -e \"$GO\" ]; do sleep 0.01; done; date +%s%N > \"$OUT\"")
-        .env("OUT", &holder_end)
+        .arg(format!("{HOLD_UNTIL_GO}; date +%s%N > \"$OUT\""))
         .env("GO", &go)
+        .env("OUT", &holder_end)
         .start();
-    assert!(wait_until(LIMIT, || redis.exists(b"lock:handoff")));
+    assert!(wait_until(Duration::from_secs(5), || redis.exists(b"lock:handoff")));
     let mut waiter = redlock(&redis)
-        .args(["-v", "-k", "lock:handoff", "--wait", "30s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
+        .args(["-v", "-k", "lock:handoff", "--wait", "10s", "--", "sh", "-c", "date +%s%N > \"$OUT\""])
         .env("OUT", &waiter_start)
         .stderr(Stdio::piped())
         .start();
-    // The holder ends once the waiter is queued and listens for the lock to be handed to it.
-    let grant = || redis.cmd::<Vec<String>>(&[b"PUBSUB", b"CHANNELS", b"{lock:handoff}:wake:*:grant"]);
-    assert!(wait_until(LIMIT, || grant().len() == 1), "the waiter listens for the hand-over");
+    let listening = || {
+        let grants: Vec<Vec<u8>> = redis.cmd(&[b"PUBSUB", b"CHANNELS", b"{lock:handoff}:wake:*:grant"]);
+        redis.exists(b"{lock:handoff}:queue") && grants.len() == 1
+    };
+    assert!(wait_until(Duration::from_secs(10), listening), "the waiter waits, listening");
     std::fs::write(&go, "").unwrap();
     assert!(wait_output(&mut holder, LIMIT).status.success());
     let out = wait_output(&mut waiter, LIMIT);

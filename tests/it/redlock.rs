@@ -124,8 +124,15 @@ fn five_nodes_with_two_frozen_still_lock() {
 fn fences_above_2_pow_53_are_exact_across_majorities() {
     let nodes = nodes(3);
     nodes[2].cmd::<()>(&[b"SET", b"{lock:big}:fence", b"9007199254740994"]);
+    // Requests get 250 ms (the default is 50 ms a node): an attempt that timed out on a loaded
+    // machine raised the fence on the nodes that answered, and the next one got the one after.
     let fence_of = |nodes: &[RedisServer]| -> u64 {
-        let r = run(quorum(nodes).args(["-k", "lock:big", "--", "sh", "-c", "echo $REDLOCK_FENCE"]), LIMIT);
+        let r = run(
+            quorum(nodes)
+                .args(["--connect-timeout", "250ms", "--command-timeout", "250ms", "-k", "lock:big"])
+                .args(["--", "sh", "-c", "echo $REDLOCK_FENCE"]),
+            LIMIT,
+        );
         assert_eq!(r.code, 0, "{}", r.stderr);
         String::from_utf8_lossy(&r.stdout).trim().parse().unwrap()
     };

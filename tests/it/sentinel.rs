@@ -685,12 +685,19 @@ fn a_new_master_without_the_key_is_a_loss_noticed_at_the_switch() {
         failover_timeout: Duration::from_secs(3),
     };
     let set = SentinelSet::start(3, watch);
+    let dir = tmp();
+    let held = file(&dir, "held");
     let mut holder = wrapper()
         .args(set.args())
-        .args(["-vv", "-k", "lock:switch", "--renew-every", "300ms", "--", "sleep", "60"])
+        .args(["-vv", "-k", "lock:switch", "--renew-every", "300ms", "--", "sh", "-c"])
+        .arg("touch \"$HELD\"; exec sleep 60")
+        .env("HELD", &held)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .start();
+    // Held: its command runs (the key replicated is not enough; the wrapper may still wait for
+    // the reply on a loaded machine, and then find the master frozen).
+    assert!(wait_until(Duration::from_secs(10), || held.exists()), "the command runs");
     assert!(wait_until(Duration::from_secs(10), || set.replica.exists(b"lock:switch")), "replicated");
     set.replica.cmd::<()>(&[b"CONFIG", b"SET", b"replica-read-only", b"no"]);
     set.replica.cmd::<()>(&[b"DEL", b"lock:switch"]);

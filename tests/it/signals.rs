@@ -625,12 +625,30 @@ fn a_command_continued_behind_the_suspended_wrappers_back_wakes_the_wrapper() {
 #[test]
 fn sigcont_right_after_sigtstp_leaves_nothing_suspended() {
     let redis = RedisServer::start();
+    let dir = tmp();
+    let ready = file(&dir, "ready");
+    // Sent while the command runs (written once it does), as the suspension is the subject.
+    let running = |ready: &std::path::Path| {
+        let started = wait_until(Duration::from_secs(10), || ready.exists());
+        let _ = std::fs::remove_file(ready);
+        started
+    };
     for _ in 0..5 {
         let mut wrapper = redlock(&redis)
-            .args(["-k", "lock:tstp-cont", "--ttl", "3s", "--", "sh", "-c", "sleep 0.5; exit 5"])
+            .args([
+                "-k",
+                "lock:tstp-cont",
+                "--ttl",
+                "3s",
+                "--",
+                "sh",
+                "-c",
+                "touch \"$READY\"; sleep 0.5; exit 5",
+            ])
+            .env("READY", &ready)
             .stderr(Stdio::null())
             .start();
-        assert!(wait_until(Duration::from_secs(10), || catches(wrapper.id(), Signal::SIGTSTP)));
+        assert!(running(&ready), "the command runs");
         kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
         kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
         assert_eq!(wait_bounded(&mut wrapper, Duration::from_secs(5)).code(), Some(5));
@@ -639,10 +657,11 @@ fn sigcont_right_after_sigtstp_leaves_nothing_suspended() {
     // within that time calls it off too.
     let mut wrapper = redlock(&redis)
         .args(["-k", "lock:tstp-cont", "--ttl", "6s", "--kill-grace", "1s", "--", "sh", "-c"])
-        .arg("trap '' TSTP; sleep 2; exit 5")
+        .arg("trap '' TSTP; touch \"$READY\"; sleep 2; exit 5")
+        .env("READY", &ready)
         .stderr(Stdio::null())
         .start();
-    assert!(wait_until(Duration::from_secs(10), || catches(wrapper.id(), Signal::SIGTSTP)));
+    assert!(running(&ready), "the command runs");
     kill(pid_of(&wrapper), Signal::SIGTSTP).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     kill(pid_of(&wrapper), Signal::SIGCONT).unwrap();
