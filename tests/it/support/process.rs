@@ -1,8 +1,9 @@
 //! The processes a test starts, owned by it with everything they start in turn: a wrapper, its
-//! guardian and releaser, the command's group, whatever the command left behind. Dropping a
-//! [`Process`] kills and reaps them all, whether the test passed or failed, so that none
-//! outlives it (a stopped wrapper and its guardian once held the output pipe of `cargo test`
-//! for 13 minutes).
+//! guardian and releaser, the command's group, whatever the command left behind, a script's
+//! holder. Dropping a [`Process`] kills and reaps the child, lets the rest finish what the
+//! child's end set off (a guardian's or a holder's release) for a moment, then kills what is
+//! left, whether the test passed or failed, so that none outlives it (a stopped wrapper and its
+//! guardian once held the output pipe of `cargo test` for 13 minutes).
 
 use std::collections::HashSet;
 use std::ops::{Deref, DerefMut};
@@ -19,15 +20,21 @@ use nix::unistd::Pid;
 /// to the command (it is not one of the wrapper's variables).
 const OWNERS: &str = "TEST_PROCESS_OWNERS";
 
-/// How long a drop waits for what it killed to be gone (a process in uninterruptible sleep
-/// dies when it wakes).
+/// How long the rest may take to end on its own once the child is gone: a guardian releasing
+/// after its wrapper's death, a holder after its script's exit (milliseconds, unless Redis is
+/// frozen). Stopped ones are continued meanwhile.
+const ENDS_WITHIN: Duration = Duration::from_secs(2);
+
+/// How long a drop then waits for what it killed to be gone (a process in uninterruptible
+/// sleep dies when it wakes).
 const REAP_WITHIN: Duration = Duration::from_secs(10);
 
 /// A child of the test, and everything it starts, killed on drop: the child first (SIGCONT,
-/// should it be stopped, then SIGKILL) and reaped, then every process that carries its mark,
+/// should it be stopped, then SIGKILL) and reaped; then every process that carries its mark,
 /// every member of a process group one of them leads, and the guardians and releasers of
 /// every wrapper among them (exec'd with an empty environment, they are known by their argv:
-/// `redlock-run: guardian WRAPPER-PID ...`). Derefs to the [`Child`].
+/// `redlock-run: guardian WRAPPER-PID ...`), once they have had [`ENDS_WITHIN`] to end on their
+/// own. Derefs to the [`Child`].
 pub struct Process {
     child: Child,
     mark: String,
@@ -84,14 +91,15 @@ impl Drop for Process {
     }
 }
 
-/// Kills what carries `mark` (and the rest, see [`Process`]) until none is left alive, bounded
-/// by [`REAP_WITHIN`]; returns those still alive then. Zombies are left to their parents (init,
-/// or a subreaper among them, killed too).
+/// Waits for what carries `mark` (and the rest, see [`Process`]) to end, for [`ENDS_WITHIN`],
+/// then kills what is left until none is alive, bounded by [`REAP_WITHIN`]; returns those still
+/// alive then. Zombies are left to their parents (init, or a subreaper among them, killed too).
 fn sweep(mark: &str, child: i32) -> Vec<i32> {
     let me = std::process::id() as i32;
     let my_group = nix::unistd::getpgrp().as_raw();
     let mut ours: HashSet<i32> = HashSet::from([child]);
-    let deadline = Instant::now() + REAP_WITHIN;
+    let kill_from = Instant::now() + ENDS_WITHIN;
+    let deadline = kill_from + REAP_WITHIN;
     loop {
         let mut found = Vec::new();
         for process in processes() {
@@ -108,10 +116,13 @@ fn sweep(mark: &str, child: i32) -> Vec<i32> {
         if found.is_empty() || Instant::now() >= deadline {
             return found;
         }
+        let now = Instant::now();
         for &pid in &found {
             ours.insert(pid);
             let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            if now >= kill_from {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
