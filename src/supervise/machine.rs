@@ -114,6 +114,9 @@ struct Suspension {
     asked_at: Instant,
     /// SIGSTOP went to the group because SIGTSTP did not stop it within the grace.
     forced: bool,
+    /// The wrapper was asked to stop itself ([`Action::SuspendSelf`]); it is, until
+    /// [`Input::Resumed`]. Another look at the stopped group meanwhile asks nothing more.
+    self_stopped: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,7 +247,7 @@ impl Machine {
                     tracing::info!(
                         "the command was suspended; suspending the wrapper once its group has stopped"
                     );
-                    self.suspension = Some(Suspension { asked_at: now, forced: false });
+                    self.suspension = Some(Suspension { asked_at: now, forced: false, self_stopped: false });
                     self.inspect(now, out);
                 }
             }
@@ -403,11 +406,17 @@ impl Machine {
                 );
                 out.push(Action::Signal(Signal::SIGTERM));
             }
-            (None, Group::Stopped) if self.suspension.is_some() && self.killed_at.is_none() => {
+            (None, Group::Stopped)
+                if self.suspension.is_some_and(|s| !s.self_stopped) && self.killed_at.is_none() =>
+            {
                 tracing::info!("the command's group has stopped; suspending the wrapper");
+                if let Some(s) = self.suspension.as_mut() {
+                    s.self_stopped = true;
+                }
                 out.push(Action::SuspendSelf);
                 return;
             }
+            (None, Group::Stopped) if self.suspension.is_some_and(|s| s.self_stopped) => return,
             _ => {}
         }
         if self.giving_up {
@@ -463,7 +472,7 @@ impl Machine {
                 if self.exited.is_none() && self.stop_began.is_none() && self.suspension.is_none() {
                     tracing::info!("suspending the command, then the wrapper (SIGTSTP)");
                     out.push(Action::Signal(Signal::SIGTSTP));
-                    self.suspension = Some(Suspension { asked_at: now, forced: false });
+                    self.suspension = Some(Suspension { asked_at: now, forced: false, self_stopped: false });
                     self.inspected_at = now;
                 }
             }

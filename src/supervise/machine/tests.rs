@@ -201,6 +201,9 @@ struct World {
     valid_if_sent: Option<Instant>,
     lost_at: Option<Instant>,
     suspended: bool,
+    /// What the shell still has queued when the wrapper stops itself: carried out once it runs
+    /// again, before what the machine answers to its resumption (as the real shell does).
+    queued: Vec<Action>,
     /// Signals that reached the wrapper while it was suspended: handled when it runs again.
     pending: Vec<Signal>,
     /// The first stop request (TERM, INT, QUIT) the live command's group was sent, and when.
@@ -243,6 +246,7 @@ impl World {
             valid_if_sent: None,
             lost_at: None,
             suspended: false,
+            queued: Vec::new(),
             pending: Vec::new(),
             forwarded: None,
             asked_to_stop: None,
@@ -303,8 +307,10 @@ impl World {
                 }
                 Action::SuspendSelf => {
                     assert_eq!(self.group(), Group::Stopped, "suspended itself while the group runs");
+                    assert!(!out.contains(&Action::SuspendSelf), "asked to suspend itself twice: {out:?}");
                     self.suspended = true;
                     // Nothing more happens until the wrapper is continued.
+                    self.queued = out;
                     return;
                 }
                 Action::Resume => self.deliver(Signal::SIGCONT),
@@ -393,7 +399,7 @@ impl World {
                 Ev::Signal(sig) => self.pending.push(sig),
                 Ev::Continue => {
                     self.suspended = false;
-                    let mut out = Vec::new();
+                    let mut out = std::mem::take(&mut self.queued);
                     self.machine.handle(Input::Resumed, now, &mut out);
                     self.carry_out(out);
                     // Pending signals are handled in order, until one suspends the wrapper again.
@@ -700,5 +706,25 @@ fn a_stop_request_during_a_suspension_reaches_the_stopped_command() {
         assert!(world.command.stopped && !world.suspended, "stopped; the wrapper not yet");
         world.happen(Ev::Signal(Signal::SIGTERM));
         assert_eq!(world.exit, Some(143), "the command acted on SIGTERM");
+    });
+}
+
+/// Two looks at the stopped group reported before the shell got to the first one's answer
+/// (two inspections in flight) suspend the wrapper once: a second stop would leave it stopped
+/// after SIGCONT.
+#[test]
+fn two_looks_at_a_stopped_group_suspend_the_wrapper_once() {
+    paused_runtime().block_on(async {
+        let mut world = World::new(Case::one_leftover());
+        let now = Instant::now();
+        let mut out = Vec::new();
+        world.machine.handle(Input::Stopped, now, &mut out);
+        for p in world.leftovers.iter_mut().chain([&mut world.command]) {
+            p.stopped = true;
+        }
+        let mut out = Vec::new();
+        world.machine.handle(Input::Group(Group::Stopped), now, &mut out);
+        world.machine.handle(Input::Group(Group::Stopped), now, &mut out);
+        assert_eq!(out.iter().filter(|a| **a == Action::SuspendSelf).count(), 1, "{out:?}");
     });
 }
