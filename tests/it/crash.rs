@@ -196,7 +196,7 @@ fn a_guardian_that_cannot_run_the_releaser_says_why_and_leaves_the_lock_to_expir
     let redis = RedisServer::start();
     let dir = tmp();
     let copy = file(&dir, "redlock-run");
-    std::fs::copy(bin(), &copy).unwrap();
+    copy_program(std::path::Path::new(bin()), &copy);
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     let pidfile = file(&dir, "pid");
     let mut cmd = std::process::Command::new(&copy);

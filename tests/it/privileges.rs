@@ -35,7 +35,7 @@ impl Stage {
             [(Path::new(bin()), "redlock-run", 0o755), (setpriv.as_path(), "setpriv", 0o4755)]
         {
             let to = dir.path().join(to);
-            std::fs::copy(from, &to).unwrap();
+            copy_program(from, &to);
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).unwrap();
         }
         Some(Stage { dir })

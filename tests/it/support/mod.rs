@@ -364,6 +364,14 @@ pub fn run(cmd: &mut Command, limit: Duration) -> Run {
     }
 }
 
+/// Copies a program to `to` in a process of its own: a descriptor this (threaded) process
+/// held open for writing would be inherited by a child another test forks meanwhile, and the
+/// copy's exec would then fail with ETXTBSY.
+pub fn copy_program(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg(from).arg(to).status().expect("cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+}
+
 /// Collects a child's output, killing it if it runs longer than `limit`.
 pub fn wait_output(child: &mut Child, limit: Duration) -> Output {
     let (tx, rx) = std::sync::mpsc::channel();
