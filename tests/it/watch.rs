@@ -147,7 +147,9 @@ fn own_renewals_and_harmless_changes_are_no_loss() {
         "the other client's PEXPIRE was heard and checked: {stderr}"
     );
     assert!(stderr.matches(" renewed ").count() >= 5, "renewed all along: {stderr}");
-    assert_lost_at_once("DEL after renewals", (code, stderr, took), "invalidation");
+    // A renewal 50 ms apart may find the key gone before the notice is read: at once either way.
+    let by = if stderr.contains("revealed_by=renewal") { "renewal" } else { "invalidation" };
+    assert_lost_at_once("DEL after renewals", (code, stderr, took), by);
 }
 
 /// `--shared` and `--limit`: other holders coming and going change the set, which is checked and
