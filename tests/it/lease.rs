@@ -606,12 +606,18 @@ fn the_guardian_keeps_no_descriptor_but_its_pipe_stderr_and_ticket() {
     let mut wrapper = cmd.stdout(Stdio::piped()).start();
     let pgid: i32 = recorded_pid(&pidfile);
     let guardian = find_guardian(wrapper.id(), pgid);
-    let fds: Option<Vec<String>> = guardian.map(|g| {
+    let fds_of = |g: i32| {
         let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{g}/fd"))
             .map(|d| d.filter_map(|e| Some(e.ok()?.file_name().to_str()?.to_owned())).collect())
             .unwrap_or_default();
         fds.sort();
         fds
+    };
+    // The guardian closes what it inherited as it starts, which on a loaded machine may be
+    // after the command has started: what it keeps is what it holds once settled.
+    let fds: Option<Vec<String>> = guardian.map(|g| {
+        wait_until(Duration::from_secs(5), || fds_of(g) == ["0", "2", "3"]);
+        fds_of(g)
     });
     let ticket = guardian.and_then(|g| std::fs::read_link(format!("/proc/{g}/fd/3")).ok());
     // Nothing is left running, whatever the assertion says.
