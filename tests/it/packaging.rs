@@ -1,7 +1,8 @@
 //! The packaging metadata, checked cheaply on every `cargo test` (the package itself is built,
 //! linted, installed and tested by `.ci/package`): every file the Debian package declares is
 //! there and goes where Debian's tools look for it, the package's changelog names the crate's
-//! version, nothing depends on a Redis server, and the scripts parse.
+//! version, nothing depends on a Redis server, the scripts parse, and `cargo binstall` looks
+//! for the assets the release workflow attaches.
 
 use std::path::Path;
 use std::process::Command;
@@ -108,4 +109,83 @@ fn the_container_image_holds_the_static_binary_alone() {
     assert!(
         last.contains("/etc/ssl/certs/ca-certificates.crt") && last.contains("ENTRYPOINT [\"/redlock-run\"]")
     );
+}
+
+/// `key = "value"` pairs of each `[package.metadata.binstall…]` section, by its header.
+fn binstall_sections() -> Vec<(String, Vec<(String, String)>)> {
+    let mut sections: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    let mut inside = false;
+    for line in MANIFEST.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            inside = header.starts_with("package.metadata.binstall");
+            if inside {
+                sections.push((header.to_owned(), Vec::new()));
+            }
+        } else if let (true, Some((key, value))) = (inside, line.split_once(" = ")) {
+            let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).expect("a string value");
+            sections.last_mut().unwrap().1.push((key.to_owned(), value.to_owned()));
+        }
+    }
+    sections
+}
+
+/// The release's assets as .github/workflows/release.yml names them, `${version}` filled in.
+fn release_assets(version: &str) -> Vec<String> {
+    let workflow = std::fs::read_to_string(Path::new(ROOT).join(".github/workflows/release.yml")).unwrap();
+    let list = &workflow[workflow.find("for asset in").expect("release.yml's list of assets")..];
+    let list = &list[..list.find("; do").expect("the list's end")];
+    list.split('"').skip(1).step_by(2).map(|a| a.replace("${version}", version)).collect()
+}
+
+/// `cargo binstall` finds the binaries the release workflow attaches, which are the ones
+/// .ci/package builds: every Linux target's pkg-url, expanded as binstall does, names one of
+/// the workflow's assets under the tag the workflow is run on.
+#[test]
+fn binstall_downloads_the_assets_the_release_attaches() {
+    let version = env!("CARGO_PKG_VERSION");
+    let sections = binstall_sections();
+    let top = &sections
+        .iter()
+        .find(|(h, _)| h == "package.metadata.binstall")
+        .expect("[package.metadata.binstall]")
+        .1;
+    assert!(top.contains(&("pkg-fmt".to_owned(), "bin".to_owned())), "a bare binary: {top:?}");
+
+    let assets = release_assets(version);
+    assert_eq!(assets.len(), 4, "two static binaries and two packages: {assets:?}");
+    let package = std::fs::read_to_string(Path::new(ROOT).join(".ci/package")).unwrap();
+    for asset in &assets {
+        let built = format!("dist/{}", asset.replace(version, "${version}"));
+        assert!(package.contains(&built), ".ci/package builds no {built}");
+    }
+    let workflow = std::fs::read_to_string(Path::new(ROOT).join(".github/workflows/release.yml")).unwrap();
+    assert!(
+        workflow.contains("tags: [\"v*\"]") && workflow.contains("= \"v$version\""),
+        "the tag is v<version>"
+    );
+
+    let repo = "https://github.com/owner/redlock-run";
+    for (target, arch) in [
+        ("x86_64-unknown-linux-musl", "x86_64"),
+        ("x86_64-unknown-linux-gnu", "x86_64"),
+        ("aarch64-unknown-linux-musl", "aarch64"),
+        ("aarch64-unknown-linux-gnu", "aarch64"),
+    ] {
+        let header = format!("package.metadata.binstall.overrides.{target}");
+        let section = &sections.iter().find(|(h, _)| *h == header).unwrap_or_else(|| panic!("[{header}]")).1;
+        let template = &section.iter().find(|(k, _)| k == "pkg-url").expect("a pkg-url").1;
+        let url = [
+            ("{ repo }", repo),
+            ("{ version }", version),
+            ("{ name }", "redlock-run"),
+            ("{ target }", target),
+        ]
+        .iter()
+        .fold(template.clone(), |url, (var, value)| url.replace(var, value));
+        let file = url
+            .strip_prefix(&format!("{repo}/releases/download/v{version}/"))
+            .unwrap_or_else(|| panic!("{target}: {url} is not a download from the release of v{version}"));
+        assert!(assets.iter().any(|a| a == file), "{target}: {file} is not among the release's {assets:?}");
+        assert!(file.contains(&format!("-{arch}-")), "{target}: {file} is not the {arch} binary");
+    }
 }
