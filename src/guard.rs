@@ -66,13 +66,6 @@ impl Guard {
         }
     }
 
-    /// The run has to wait: the guardian is started meanwhile, and the signal dispositions the
-    /// spawn needs are looked up, so that neither delays the command when the lock comes.
-    pub fn prepare_to_wait(&mut self) {
-        self.start();
-        sys::note_handlers();
-    }
-
     /// Makes sure a guardian runs before the command `argv` starts: the exec'd one once it says
     /// it runs, else — its exec failed, someone killed it, or there was none — one forked now.
     /// None at all (out of processes or descriptors): the command is not run (126), since

@@ -52,6 +52,7 @@ impl Signals {
         }
         pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&handled), None)?;
         let child_exits = Some(signal(SignalKind::child())?);
+        crate::sys::note_handlers(handled.iter());
         Ok(Signals { streams, child_exits })
     }
 

@@ -42,7 +42,7 @@ pub enum Acquisition {
 }
 
 /// `guard`: a run that has to wait starts its guardian meanwhile, so that the handoff, when it
-/// comes, does not wait for one (see [`Guard::prepare_to_wait`]). `queued_at`: the run's place
+/// comes, does not wait for one (see [`Guard::start`]). `queued_at`: the run's place
 /// in the queue when it joined (1 = next), whatever the outcome, if it queued.
 pub async fn acquire(
     lock: &mut Lock,
@@ -111,7 +111,7 @@ impl Acquirer<'_> {
                 Some(Input::Nested(waits))
             }
             Action::PrepareToWait => {
-                guard.prepare_to_wait();
+                guard.start();
                 None
             }
             Action::Sleep(Wait { until, wakeups }) => Some(tokio::select! {

@@ -18,29 +18,42 @@ pub fn ignored_at_start(sig: Signal) -> bool {
 /// The signals the new process sets back to their default before its exec (bit N − 1 for
 /// signal N): those with a handler of the wrapper's, and SIGPIPE, which the Rust runtime
 /// ignores (a command expects it at its default; signals ignored when the wrapper started stay
-/// ignored). Zero: not noted yet, and the spawn looks them up itself.
+/// ignored). Zero: not noted, and the spawn looks at every signal itself.
 pub(super) static HANDLERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Notes which signals have a handler now (see [`HANDLERS`]). Called by a run that has to wait
-/// (every handler is installed by then: `Signals::install`), so that it does not look at every
-/// signal's disposition when the lock comes and it starts its command; a run that does not
-/// wait looks them up at the spawn, and one that finds the lock busy never does.
-pub fn note_handlers() {
-    if HANDLERS.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-        HANDLERS.store(handlers_now(), std::sync::atomic::Ordering::Relaxed);
+/// Notes which signals have a handler (see [`HANDLERS`]): `installed`, the wrapper's own, and
+/// those the Rust runtime may have (it handles SIGSEGV and SIGBUS where they were at their
+/// default, for its stack-overflow message). Called once the handlers are installed, so that
+/// the spawn does not look at every signal's disposition between the lock and the command.
+pub fn note_handlers(installed: impl IntoIterator<Item = Signal>) {
+    let bit = |sig: libc::c_int| 1u64 << (sig - 1);
+    let mut mask = bit(libc::SIGPIPE);
+    for sig in installed {
+        mask |= bit(sig as libc::c_int);
     }
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        if has_handler(sig) {
+            mask |= bit(sig);
+        }
+    }
+    HANDLERS.store(mask, std::sync::atomic::Ordering::Relaxed);
 }
 
+fn has_handler(sig: libc::c_int) -> bool {
+    let mut current = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: with a null new action, sigaction only reads the current one into `current`, a
+    // zeroed, properly sized sigaction that lives across the call.
+    let read = unsafe { libc::sigaction(sig, std::ptr::null(), current.as_mut_ptr()) };
+    // SAFETY: zero-initialised, and filled in by the kernel when the call succeeded.
+    let handler = unsafe { current.assume_init() }.sa_sigaction;
+    read == 0 && handler != libc::SIG_DFL && handler != libc::SIG_IGN
+}
+
+/// Every signal with a handler now, and SIGPIPE: for a spawn whose handlers were not noted.
 pub(super) fn handlers_now() -> u64 {
-    let mut mask = 0u64;
+    let mut mask = 1u64 << (libc::SIGPIPE - 1);
     for sig in 1..=libc::SIGRTMAX().min(64) {
-        let mut current = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
-        // SAFETY: with a null new action, sigaction only reads the current one into `current`,
-        // a zeroed, properly sized sigaction that lives across the call.
-        let read = unsafe { libc::sigaction(sig, std::ptr::null(), current.as_mut_ptr()) };
-        // SAFETY: zero-initialised, and filled in by the kernel when the call succeeded.
-        let handler = unsafe { current.assume_init() }.sa_sigaction;
-        if read == 0 && handler != libc::SIG_DFL && (handler != libc::SIG_IGN || sig == libc::SIGPIPE) {
+        if has_handler(sig) {
             mask |= 1 << (sig - 1);
         }
     }
