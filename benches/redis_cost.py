@@ -3,6 +3,7 @@
 
     python3 benches/redis_cost.py [--server redis-server] [--bin target/release/redlock-run]
                                   [--runs 300] [--fleet 1000] [--queued 100]
+                                  [--jitter 5s] [--only-fleet]
 
 Starts its own server (redis-server, or a valkey-server given with --server) on a free
 loopback port, without persistence, and measures from the server's own counters, side by side
@@ -10,12 +11,18 @@ with the floor: a client that connects, sends `SET key token NX PX ttl`, a compa
 EVALSHA, and closes. Per run: server CPU (INFO cpu, main thread), time inside commands (the sum
 of INFO commandstats usec, scripts' inner commands included, as for the floor) and commands run;
 the longest script calls (SLOWLOG, every call logged); and the fleet minute: N clients started
-within one second, on N keys and on one key. Prints Markdown.
+within one second, on N keys and on one key. With --jitter (or --only-fleet), a fleet's cron
+tick, N runs released at one instant, without and with `--jitter DUR`, and its peaks beside its
+CPU: the most clients connected at once, the most commands run in 100 ms and the longest the
+key's queue got (sampled in a pass of their own, so that the sampling is not in the CPU
+figure). Prints Markdown.
 """
 
 import argparse
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -242,6 +249,97 @@ def fleet(server, start, n):
     return cpu1 - cpu0, elapsed
 
 
+class Peaks(threading.Thread):
+    """While a fleet runs, every 5 ms: the most clients connected at once (the admin's and the
+    sampler's own connections not counted), the longest `queue` (a sorted set) got, and the most
+    commands the server ran in 100 ms (total_commands_processed: a script's inner commands
+    too; the sampler's own three a sample not counted)."""
+
+    def __init__(self, port, queue):
+        super().__init__(daemon=True)
+        self.conn, self.queue = Resp(port), queue
+        self.done = threading.Event()
+        self.clients = self.queued = 0
+        self.served = []
+
+    def run(self):
+        while not self.done.is_set():
+            info = self.conn.call("INFO", "clients").decode() + self.conn.call("INFO", "stats").decode()
+            clients = int(re.search(r"connected_clients:(\d+)", info).group(1)) - 2
+            total = int(re.search(r"total_commands_processed:(\d+)", info).group(1))
+            self.served.append((time.monotonic(), total))
+            self.clients = max(self.clients, clients)
+            self.queued = max(self.queued, self.conn.call("ZCARD", self.queue) or 0)
+            time.sleep(0.005)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+        self.conn.close()
+        busiest, j = 0, 0
+        for i, (t, total) in enumerate(self.served):
+            j = max(j, i)
+            while j < len(self.served) and self.served[j][0] - t < 0.1:
+                j += 1
+            if j == len(self.served):
+                break
+            busiest = max(busiest, (self.served[j][1] - total - 3 * (j - i)) * 0.1 / (self.served[j][0] - t))
+        return self.clients, self.queued, busiest
+
+
+def cron_tick(server, argv, n, peaks=None):
+    """`n` runs of `argv(i)` released at one instant, as a cron tick on every host of a fleet
+    starts them: each is a shell, already started, that stops itself and execs the wrapper once
+    continued. Server CPU from the tick to the last exit, and the time that took."""
+    procs = [subprocess.Popen(["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *argv(i)],
+                              stderr=subprocess.DEVNULL) for i in range(n)]
+    wait_for(lambda: all(_stopped(p.pid) for p in procs), 120)
+    server.reset()
+    cpu0, _, _ = server.counters()
+    if peaks:
+        peaks.start()
+    t0 = time.time()
+    for p in procs:
+        os.kill(p.pid, signal.SIGCONT)
+    for p in procs:
+        p.wait(timeout=300)
+    elapsed = time.time() - t0
+    cpu1, _, _ = server.counters()
+    return cpu1 - cpu0, elapsed
+
+
+def _stopped(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def spread_fleet(server, bin_, n, jitter):
+    """The fleet's cron tick with and without `--jitter`: per shape, server CPU and the time
+    until all ended (one pass), then the peaks (another)."""
+    shapes = [
+        ("one key each", lambda i: "cost:spread:%d" % i, []),
+        ("all on one key", lambda i: "cost:spread-herd", []),
+        ("all on one key, `--wait 2m`", lambda i: "cost:spread-queue", ["--wait", "2m"]),
+    ]
+    print(f"Fleet minute, spread: {n} runs released by one cron tick, without and with `--jitter {jitter}` "
+          "(CPU and the time to the last exit from one pass; the peaks, sampled every 5 ms, from another).\n")
+    print("| runs | server CPU in all | all ended after | peak clients connected | peak commands in 100 ms "
+          "| peak queue |")
+    print("|---|---|---|---|---|---|")
+    for label, key, extra in shapes:
+        for spread in ([], ["--jitter", jitter]):
+            def argv(i, key=key, extra=extra, spread=spread):
+                return wrapper(bin_, server.port, "-k", key(i), *extra, *spread, "--", "true")
+            cpu, elapsed = cron_tick(server, argv, n)
+            peaks = Peaks(server.port, "{%s}:queue" % key(0))
+            cron_tick(server, argv, n, peaks)
+            clients, queued, busiest = peaks.stop()
+            name = f"{label}, `--jitter {jitter}`" if spread else label
+            print(f"| {name} | {cpu * 1000:.0f} ms | {elapsed:.2f} s | {clients} | {busiest:.0f} | {queued} |",
+                  flush=True)
+    print()
+
+
 def longest(server, label, action):
     """The longest script call while `action` runs, with SLOWLOG logging every call."""
     server.reset(slowlog=True)
@@ -333,6 +431,8 @@ def main():
     ap.add_argument("--queued", type=int, default=100)
     ap.add_argument("--shapes", type=int, default=0, help="also the large shapes, with this many waiters")
     ap.add_argument("--only-shapes", action="store_true")
+    ap.add_argument("--jitter", help="also a cron tick's fleet without and with --jitter DUR")
+    ap.add_argument("--only-fleet", action="store_true", help="only the cron tick's fleet (--jitter, or 5s)")
     a = ap.parse_args()
     server = Server(a.server)
     global SHA
@@ -343,6 +443,9 @@ def main():
     try:
         if a.only_shapes:
             shapes(server, bin_, a.shapes or 1000)
+            return
+        if a.only_fleet:
+            spread_fleet(server, bin_, a.fleet, a.jitter or "5s")
             return
         subjects = {
             "floor (SET NX PX, compare-and-delete)": lambda i: floor(server.port, "cost:floor", "t%d" % i),
@@ -392,6 +495,9 @@ def main():
         for name, start in fleet_rows:
             cpu, elapsed = fleet(server, start, a.fleet)
             print(f"| {name} | {cpu * 1000:.0f} ms | {elapsed:.2f} s |")
+        if a.jitter:
+            print()
+            spread_fleet(server, bin_, a.fleet, a.jitter)
     finally:
         server.stop()
 

@@ -56,6 +56,10 @@ pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
 
 async fn run_with_report(config: &Config, report: &mut Report, mut target: Target<'_>) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
+    // Before the first connection: a fleet that sleeps holds none meanwhile.
+    if !config.jitter.is_zero() {
+        spread_start(config.jitter, &mut signals).await?;
+    }
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     let redlock_nodes = nodes.len();
     let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
@@ -239,6 +243,22 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
         _ => Outcome::Failed,
     });
     Ok(ended.code)
+}
+
+/// `--jitter`: sleeps a uniformly random part of `spread`, so that runs a cron starts at the
+/// same second reach Redis spread over it. A signal ends the run as it ends a wait for the lock.
+async fn spread_start(spread: Duration, signals: &mut Signals) -> Result<(), Error> {
+    let delay = crate::backoff::below(spread);
+    tracing::info!(
+        jitter_ms = delay.as_millis() as u64,
+        "sleeping {} (--jitter {}) before the first attempt",
+        humantime::format_duration(Duration::from_millis(delay.as_millis() as u64)),
+        humantime::format_duration(spread),
+    );
+    tokio::select! {
+        () = tokio::time::sleep(delay) => Ok(()),
+        sig = signals.recv_before_start() => Err(Error::interrupted(sig)),
+    }
 }
 
 /// `--fail-open` after Redis stayed unreachable: the command runs, supervised, with no lock.

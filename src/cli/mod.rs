@@ -205,6 +205,21 @@ pub struct RunArgs {
     )]
     pub wait: String,
 
+    /// Sleep a random part of DUR before the first attempt
+    ///
+    /// Spreads a fleet started by the same cron minute over DUR, as systemd's
+    /// RandomizedDelaySec does: the run sleeps a uniformly random time in [0, DUR) before it
+    /// connects to Redis. --wait counts from the first attempt, after the sleep. A signal during
+    /// the sleep ends the run at once, with no lock taken (exit 128+N).
+    #[arg(
+        long,
+        env = "REDLOCK_JITTER",
+        value_name = "DUR",
+        allow_negative_numbers = true,
+        help_heading = heading::WAITING
+    )]
+    pub jitter: Option<String>,
+
     /// Run without a lock if Redis is unreachable
     ///
     /// If Redis cannot be reached at start, run the command anyway, without a lock (loud

@@ -23,7 +23,7 @@ pub mod vars {
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
 /// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
 /// to the CLI's own (start-up does not build the clap command a second time for it).
-pub const WRAPPER_VARIABLES: [&str; 32] = [
+pub const WRAPPER_VARIABLES: [&str; 33] = [
     "REDLOCK_BUSY_EXIT_CODE",
     "REDLOCK_CLUSTER",
     "REDLOCK_COMMAND_TIMEOUT",
@@ -31,6 +31,7 @@ pub const WRAPPER_VARIABLES: [&str; 32] = [
     "REDLOCK_FAIL_OPEN",
     "REDLOCK_IDEMPOTENCY_KEY",
     "REDLOCK_IDEMPOTENCY_TTL",
+    "REDLOCK_JITTER",
     "REDLOCK_KEY",
     "REDLOCK_KILL_GRACE",
     "REDLOCK_LIMIT",

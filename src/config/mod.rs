@@ -217,6 +217,9 @@ pub struct Config {
     /// How long to wait for a busy lock; zero fails at once, `None` waits without a limit
     /// (`--wait`, `forever`).
     pub wait: Option<Duration>,
+    /// The spread of the random sleep before the first attempt (`--jitter`; zero when not
+    /// given: no sleep).
+    pub jitter: Duration,
     /// Run without a lock when Redis cannot be reached at all (`--fail-open`).
     pub fail_open: bool,
     /// The least time the lock stays after the acquisition, the command's end notwithstanding
@@ -277,6 +280,10 @@ impl Config {
                  the whole wait, which {wait}=forever never ends: give {wait} a limit, or drop {fail_open}"
             )));
         }
+        let jitter = match &cli.jitter {
+            Some(s) => duration_or_zero("--jitter", s)?,
+            None => Duration::ZERO,
+        };
         let min_hold = match &cli.min_hold {
             Some(s) => duration_or_zero("--min-hold", s)?,
             None => Duration::ZERO,
@@ -366,6 +373,7 @@ impl Config {
             keys,
             ttl,
             wait,
+            jitter,
             fail_open: cli.fail_open,
             min_hold,
             kind,

@@ -12,6 +12,7 @@ mod docs;
 mod exit_statuses;
 mod generated;
 mod house;
+mod jitter;
 mod kinds;
 mod lease;
 mod lost_replies;
