@@ -29,6 +29,7 @@ use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{LogFormat, Output, Verbosity};
+use crate::lock::Holder;
 
 /// Lines queued for stderr before new ones are dropped.
 const QUEUE: usize = 1024;
@@ -208,14 +209,18 @@ pub fn about_keys(keys: &[Vec<u8>]) {
     let _ = ABOUT.keys.set(pairs);
 }
 
-/// The lines are about this holder of the lock: the host and pid its value names, and the
-/// token's short prefix (never the token itself: README § Logs).
-pub fn about_holder(host: &str, pid: u32, token_prefix: &str) {
-    let _ = ABOUT.holder.set(vec![
-        Pair::new("host", FieldValue::Str(host.to_owned())),
-        Pair::new("pid", FieldValue::U64(pid.into())),
-        Pair::new("token", FieldValue::Str(token_prefix.to_owned())),
-    ]);
+/// The lines are about this holder of the lock: the host and pid its value names, the token's
+/// short prefix (never the token itself: README § Logs) and its note, if any.
+pub fn about_holder(holder: &Holder) {
+    let mut pairs = vec![
+        Pair::new("host", FieldValue::Str(holder.host.clone())),
+        Pair::new("pid", FieldValue::U64(holder.pid.into())),
+        Pair::new("token", FieldValue::Str(holder.token_prefix().to_owned())),
+    ];
+    if let Some(note) = &holder.note {
+        pairs.push(Pair::new("note", FieldValue::Str(note.clone())));
+    }
+    let _ = ABOUT.holder.set(pairs);
 }
 
 /// The lock was acquired with these fences (one a key): `fence` (the first key's), and with

@@ -190,6 +190,14 @@ pub struct RunArgs {
     )]
     pub idempotency_ttl: String,
 
+    /// A label stored with the holder: a CI job's URL, a ticket, a pod's name
+    ///
+    /// Shown wherever the holder is named: another run's busy message, status, this run's log
+    /// lines. At most 200 bytes, no control characters. Stored in Redis in plain text, readable by
+    /// anyone who can read the key: never a secret.
+    #[arg(long, env = "REDLOCK_NOTE", value_name = "TEXT", help_heading = heading::LOCK)]
+    pub note: Option<OsString>,
+
     /// How long to wait for a busy lock; 0 = fail at once
     ///
     /// 'forever' waits without a limit, as flock(1) does without -w, and so does an outage of

@@ -15,6 +15,7 @@ mod house;
 mod kinds;
 mod lease;
 mod lost_replies;
+mod note;
 mod observability;
 mod operators;
 mod packaging;
