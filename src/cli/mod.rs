@@ -201,7 +201,8 @@ pub struct RunArgs {
     /// How long to wait for a busy lock; 0 = fail at once
     ///
     /// 'forever' waits without a limit, as flock(1) does without -w, and so does an outage of
-    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait.
+    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait. On a
+    /// terminal, a line on stderr shows who holds the lock, the place in the queue, the time left.
     #[arg(
         short,
         long,

@@ -29,4 +29,5 @@ mod sentinel;
 mod several_keys;
 mod signals;
 mod topologies;
+mod waiting_line;
 mod watch;
