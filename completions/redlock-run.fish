@@ -124,7 +124,7 @@ complete -c redlock-run -n '__redlock_run_at top' -l shared -d 'Hold the lock sh
 complete -c redlock-run -n '__redlock_run_at top' -l min-hold -d 'Hold the lock at least this long' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-key -d 'Succeed at most once per ID' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-ttl -d 'How long a success record is kept' -x
-complete -c redlock-run -n '__redlock_run_at top' -l note -d 'A label stored with the holder: a CI job\'s URL, a ticket, a pod\'s name' -x
+complete -c redlock-run -n '__redlock_run_at top' -l note -d 'A label stored with the holder (a job\'s URL)' -x
 complete -c redlock-run -n '__redlock_run_at top' -s w -l wait -d 'How long to wait for a busy lock; 0 = fail at once' -x
 complete -c redlock-run -n '__redlock_run_at top' -l fail-open -d 'Run without a lock if Redis is unreachable'
 complete -c redlock-run -n '__redlock_run_at top' -l renew-every -d 'Renewal period' -x
@@ -210,7 +210,7 @@ complete -c redlock-run -n '__redlock_run_at lock' -l shared -d 'Hold the lock s
 complete -c redlock-run -n '__redlock_run_at lock' -l min-hold -d 'Hold the lock at least this long' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l idempotency-key -d 'Succeed at most once per ID' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l idempotency-ttl -d 'How long a success record is kept' -x
-complete -c redlock-run -n '__redlock_run_at lock' -l note -d 'A label stored with the holder: a CI job\'s URL, a ticket, a pod\'s name' -x
+complete -c redlock-run -n '__redlock_run_at lock' -l note -d 'A label stored with the holder (a job\'s URL)' -x
 complete -c redlock-run -n '__redlock_run_at lock' -s w -l wait -d 'How long to wait for a busy lock; 0 = fail at once' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l fail-open -d 'Run without a lock if Redis is unreachable'
 complete -c redlock-run -n '__redlock_run_at lock' -l renew-every -d 'Renewal period' -x

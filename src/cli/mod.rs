@@ -190,7 +190,7 @@ pub struct RunArgs {
     )]
     pub idempotency_ttl: String,
 
-    /// A label stored with the holder: a CI job's URL, a ticket, a pod's name
+    /// A label stored with the holder (a job's URL)
     ///
     /// Shown wherever the holder is named: another run's busy message, status, this run's log
     /// lines. At most 200 bytes, no control characters. Stored in Redis in plain text, readable by
