@@ -153,9 +153,8 @@ impl Progress {
                 }
                 let who = match holder {
                     Some(h) => {
-                        let note = h.note.as_ref().map(|n| format!(", note {n:?}")).unwrap_or_default();
                         let age = Duration::from_millis(now_ms.saturating_sub(h.since_ms));
-                        format!("{} (pid {}{note}) for {}", h.host, h.pid, whole(age))
+                        format!("{} for {}", h.who(), whole(age))
                     }
                     None => "another client".to_owned(),
                 };

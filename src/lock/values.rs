@@ -142,11 +142,15 @@ impl Holder {
         &self.token[..self.token.len().min(8)]
     }
 
-    /// "host (pid 123) since 2026-11-30T01:02:03Z", with `, note "…"` after the pid when the
-    /// run gave one.
+    /// "host (pid 123) since 2026-11-30T01:02:03Z", with the note as [`Holder::who`] has it.
     pub fn describe(&self) -> String {
+        format!("{} since {}", self.who(), rfc3339_ms(self.since_ms))
+    }
+
+    /// "host (pid 123)", or with a note, "host (pid 123, note "…")".
+    pub fn who(&self) -> String {
         let note = self.note.as_ref().map(|n| format!(", note {n:?}")).unwrap_or_default();
-        format!("{} (pid {}{note}) since {}", self.host, self.pid, rfc3339_ms(self.since_ms))
+        format!("{} (pid {}{note})", self.host, self.pid)
     }
 }
 
