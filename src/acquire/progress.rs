@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
+use super::machine::OUTAGE_RETRY;
 use crate::config::{Config, LogFormat, Verbosity};
 use crate::lock::{Acquired, Fault, Holder, show_key};
 use crate::logging;
@@ -134,7 +135,12 @@ impl Progress {
     fn text(&self, now: Instant, now_ms: u64, columns: usize) -> String {
         let whole = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs())).to_string();
         let waited = now.saturating_duration_since(self.started);
-        let left = match self.wait {
+        // An outage is ridden out for at least `OUTAGE_RETRY`, whatever `--wait` says.
+        let budget = match self.found {
+            Some(Found::Unanswered) => self.wait.map(|w| w.max(OUTAGE_RETRY)),
+            _ => self.wait,
+        };
+        let left = match budget {
             // Counted down as a clock does: whole seconds, rounded up.
             Some(wait) => {
                 let left = wait.saturating_sub(waited);
@@ -223,5 +229,7 @@ mod tests {
             p.text(started, 0, 100),
             "redlock-run: waiting for \"lock:a\": waited 0s, no limit; Redis does not answer, trying again"
         );
+        let (p, started) = progress(Some(Duration::ZERO), Found::Unanswered);
+        assert!(p.text(started, 0, 100).contains("waited 0s, 1s left;"), "the outage's own budget");
     }
 }
