@@ -145,7 +145,7 @@ impl Acquirer<'_> {
                 // The wait goes on across redraws, never started again: nothing it listens to
                 // is dropped half-way.
                 tokio::pin!(wait);
-                progress.draw(Instant::now());
+                progress.waits(Instant::now());
                 loop {
                     tokio::select! {
                         input = &mut wait => break Some(input),

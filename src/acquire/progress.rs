@@ -29,7 +29,9 @@ pub struct Progress {
     wait: Option<Duration>,
     /// What the last attempt found, once one found the lock taken (or Redis away).
     found: Option<Found>,
-    /// The value of the holder last logged (without a line).
+    /// The value of the holder the last attempt found (not for runs queued ahead), and the
+    /// one last logged (without a line).
+    value: Option<Vec<u8>>,
     logged: Option<Vec<u8>>,
     /// The text on the screen (empty: none).
     drawn: String,
@@ -57,6 +59,7 @@ impl Progress {
             started,
             wait: config.wait,
             found: None,
+            value: None,
             logged: None,
             drawn: String::new(),
         }
@@ -82,31 +85,44 @@ impl Progress {
             Ok(_) => return,
             Err(_) => {
                 self.found = Some(Found::Unanswered);
+                self.value = None;
                 return;
             }
         };
         let holder = Holder::parse(value);
-        if !self.line && !queued && self.logged.as_deref() != Some(value.as_slice()) {
-            self.logged = Some(value.clone());
-            // The busy key (one of several), and in JSON the holder apart, as the busy line has it.
-            let key = self.keys.get(key).map(|k| k.escape_ascii().to_string());
-            let h = holder.as_ref().and_then(|h| self.format.json_only(h));
-            match &holder {
-                Some(holder) => tracing::info!(
-                    key,
-                    holder.host = h.map(|h| h.host.as_str()),
-                    holder.pid = h.map(|h| h.pid),
-                    holder.note = h.and_then(|h| h.note.as_deref()),
-                    "waiting for the lock, held by {}",
-                    holder.describe()
-                ),
-                None => {
-                    tracing::info!(key, "waiting for the lock, held by a value not written by redlock-run")
-                }
-            }
-        }
+        self.value = (!queued).then(|| value.clone());
         let position = position.or(position_before);
         self.found = Some(Found::Taken { key, holder, holding, position, queued });
+    }
+
+    /// The run waits now (after an attempt's answer): the line is drawn, or without one, a
+    /// holder not met before is logged. (A run that does not wait says nothing here: its busy
+    /// line names the holder.)
+    pub fn waits(&mut self, now: Instant) {
+        if self.line {
+            return self.draw(now);
+        }
+        let (Some(value), Some(Found::Taken { key, holder, .. })) = (&self.value, &self.found) else {
+            return;
+        };
+        if self.logged.as_ref() == Some(value) {
+            return;
+        }
+        self.logged = Some(value.clone());
+        // The busy key (one of several), and in JSON the holder apart, as the busy line has it.
+        let key = self.keys.get(*key).map(|k| k.escape_ascii().to_string());
+        let h = holder.as_ref().and_then(|h| self.format.json_only(h));
+        match holder {
+            Some(holder) => tracing::info!(
+                key,
+                holder.host = h.map(|h| h.host.as_str()),
+                holder.pid = h.map(|h| h.pid),
+                holder.note = h.and_then(|h| h.note.as_deref()),
+                "waiting for the lock, held by {}",
+                holder.describe()
+            ),
+            None => tracing::info!(key, "waiting for the lock, held by a value not written by redlock-run"),
+        }
     }
 
     /// Draws the line as it stands now, if it changed.
@@ -201,6 +217,7 @@ mod tests {
             started,
             wait,
             found: Some(found),
+            value: None,
             logged: None,
             drawn: String::new(),
         };

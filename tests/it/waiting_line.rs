@@ -113,6 +113,9 @@ fn a_waiting_run_on_a_pipe_draws_no_line_and_logs_each_holder_once_at_v() {
     let said = format!("waiting for the lock, held by {} (pid {}, note \"pod 8\")", hostname(), holder.id());
     assert_eq!(verbose.stderr.matches(&said).count(), 1, "{}", verbose.stderr);
     assert!(!verbose.stderr.contains('\r'), "{:?}", verbose.stderr);
+    let at_once = run(redlock(&redis).args(["-v", "-k", "lock:pipe", "--", "true"]), LIMIT);
+    assert_eq!(at_once.code, 75);
+    assert!(!at_once.stderr.contains("waiting for"), "no wait, the busy line alone: {}", at_once.stderr);
 }
 
 fn hostname() -> String {
