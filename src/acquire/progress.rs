@@ -20,6 +20,7 @@ pub const REDRAW_EVERY: Duration = Duration::from_millis(250);
 /// The width of a terminal that does not say.
 const COLUMNS: usize = 80;
 
+/// What the wait has met so far, and what of it is on the screen.
 pub struct Progress {
     /// A status line is drawn: stderr is a terminal, the log is text and not `-q`.
     line: bool,
