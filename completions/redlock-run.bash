@@ -7,7 +7,7 @@
 _redlock_run_takes_value() {
     case $1 in
         '')
-            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--jitter|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format|--generate) return 0 ;; esac
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|--note|-w|--wait|--jitter|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format|--generate) return 0 ;; esac
             [[ $2 =~ ^-[vqhV]*[ktw]$ ]] ;;
         'status')
             case $2 in -k|--key|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
@@ -16,7 +16,7 @@ _redlock_run_takes_value() {
             case $2 in -k|--key|--holder|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqh]*[k]$ ]] ;;
         'lock')
-            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|-w|--wait|--jitter|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
+            case $2 in -k|--key|-t|--ttl|--busy-exit-code|--limit|--min-hold|--idempotency-key|--idempotency-ttl|--note|-w|--wait|--jitter|--renew-every|--kill-grace|--on-lost|--max-runtime|--redis-url|--password-file|--tls-ca-file|--tls-cert-file|--tls-key-file|--sentinel|--sentinel-master|--sentinel-password-file|--connect-timeout|--command-timeout|--metrics-file|--log-format) return 0 ;; esac
             [[ $2 =~ ^-[vqh]*[ktw]$ ]] ;;
         'unlock')
             case $2 in --log-format) return 0 ;; esac
@@ -28,10 +28,10 @@ _redlock_run_takes_value() {
 # The options of ${1:-the wrapper}.
 _redlock_run_options() {
     case $1 in
-        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --jitter --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --generate -h --help -V --version' ;;
+        '') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl --note -w --wait --jitter --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --generate -h --help -V --version' ;;
         'status') REPLY='-k --key --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
         'release') REPLY='-k --key --force --holder --json --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout -v --verbose -q --quiet --log-format -h --help' ;;
-        'lock') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl -w --wait --jitter --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --allow-interactive -h --help' ;;
+        'lock') REPLY='-k --key -t --ttl --busy-exit-code --limit --shared --min-hold --idempotency-key --idempotency-ttl --note -w --wait --jitter --fail-open --renew-every --kill-grace --on-lost --max-runtime --no-new-privs --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --tls-insecure --sentinel --sentinel-master --sentinel-password-file --cluster --connect-timeout --command-timeout --metrics-file -v --verbose -q --quiet --log-format --allow-interactive -h --help' ;;
         'unlock') REPLY='-v --verbose -q --quiet --log-format -h --help' ;;
     esac
 }

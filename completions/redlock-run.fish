@@ -6,7 +6,7 @@
 function __redlock_run_takes_value
     switch "$argv[1]"
         case ''
-            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --jitter --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format --generate
+            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl --note -w --wait --jitter --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format --generate
             and return 0
             string match -rq -- '^-[vqhV]*[ktw]$' $argv[2]
             return
@@ -21,7 +21,7 @@ function __redlock_run_takes_value
             string match -rq -- '^-[vqh]*[k]$' $argv[2]
             return
         case 'lock'
-            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl -w --wait --jitter --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format
+            contains -- $argv[2] -k --key -t --ttl --busy-exit-code --limit --min-hold --idempotency-key --idempotency-ttl --note -w --wait --jitter --renew-every --kill-grace --on-lost --max-runtime --redis-url --password-file --tls-ca-file --tls-cert-file --tls-key-file --sentinel --sentinel-master --sentinel-password-file --connect-timeout --command-timeout --metrics-file --log-format
             and return 0
             string match -rq -- '^-[vqh]*[ktw]$' $argv[2]
             return
@@ -124,6 +124,7 @@ complete -c redlock-run -n '__redlock_run_at top' -l shared -d 'Hold the lock sh
 complete -c redlock-run -n '__redlock_run_at top' -l min-hold -d 'Hold the lock at least this long' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-key -d 'Succeed at most once per ID' -x
 complete -c redlock-run -n '__redlock_run_at top' -l idempotency-ttl -d 'How long a success record is kept' -x
+complete -c redlock-run -n '__redlock_run_at top' -l note -d 'A label stored with the holder (a job\'s URL)' -x
 complete -c redlock-run -n '__redlock_run_at top' -s w -l wait -d 'How long to wait for a busy lock; 0 = fail at once' -x
 complete -c redlock-run -n '__redlock_run_at top' -l jitter -d 'Sleep a random part of DUR before the first attempt' -x
 complete -c redlock-run -n '__redlock_run_at top' -l fail-open -d 'Run without a lock if Redis is unreachable'
@@ -210,6 +211,7 @@ complete -c redlock-run -n '__redlock_run_at lock' -l shared -d 'Hold the lock s
 complete -c redlock-run -n '__redlock_run_at lock' -l min-hold -d 'Hold the lock at least this long' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l idempotency-key -d 'Succeed at most once per ID' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l idempotency-ttl -d 'How long a success record is kept' -x
+complete -c redlock-run -n '__redlock_run_at lock' -l note -d 'A label stored with the holder (a job\'s URL)' -x
 complete -c redlock-run -n '__redlock_run_at lock' -s w -l wait -d 'How long to wait for a busy lock; 0 = fail at once' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l jitter -d 'Sleep a random part of DUR before the first attempt' -x
 complete -c redlock-run -n '__redlock_run_at lock' -l fail-open -d 'Run without a lock if Redis is unreachable'

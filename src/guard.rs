@@ -461,7 +461,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
     // Its lines are about the dead wrapper's run: its keys, and its holder as the value says.
     crate::logging::about_keys(&ticket.keys);
     if let Some(holder) = crate::lock::Holder::parse(ticket.value.as_bytes()) {
-        crate::logging::about_holder(&holder.host, holder.pid, holder.token_prefix());
+        crate::logging::about_holder(&holder);
     }
     let names = ticket.keys.iter().map(|k| show_key(k)).collect::<Vec<_>>().join(", ");
     let wrapper = job.wrapper;
@@ -489,7 +489,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
             Ok(nodes) => nodes,
             Err(e) => return tracing::error!("the wrapper (pid {wrapper}) died; {e}"),
         };
-        let mut lock = match Lock::new(nodes, &ticket.keys, ticket.ttl, None, ticket.kind) {
+        let mut lock = match Lock::new(nodes, &ticket.keys, ticket.ttl, None, ticket.kind, None) {
             Ok(lock) => lock.adopt(ticket.value.clone()),
             Err(f) => return tracing::error!("the wrapper (pid {wrapper}) died; {f}"),
         };

@@ -202,6 +202,7 @@ fn report(e: exit::Error, format: config::LogFormat) -> u8 {
                 holder.since = since.as_deref(),
                 holder.since_unix_ms = h.map(|h| h.since_ms),
                 holder.token_prefix = h.map(|h| h.token_prefix()),
+                holder.note = h.and_then(|h| h.note.as_deref()),
                 holder.kind = h.map(|h| h.kind.name()),
                 holder.limit = h.and_then(|h| match h.kind {
                     lock::Kind::Limit(n) => Some(n),

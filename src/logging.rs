@@ -18,6 +18,7 @@
 
 use std::fmt;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use tracing_subscriber::fmt::{FmtContext, MakeWriter};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{LogFormat, Output, Verbosity};
+use crate::lock::Holder;
 
 /// Lines queued for stderr before new ones are dropped.
 const QUEUE: usize = 1024;
@@ -51,28 +53,96 @@ pub fn init(output: Output) -> Flusher {
         .event_format(Lines(output.format))
         .try_init()
         .is_ok();
+    if installed {
+        let _ = WRITER.set(queue.clone());
+    }
     Flusher { queue: installed.then_some(queue) }
 }
 
 enum Msg {
     Line(Vec<u8>),
+    /// The status line from now on (`None`: none), and whom to tell once it is written.
+    Status(Option<Vec<u8>>, Option<SyncSender<()>>),
     Flush(SyncSender<()>),
 }
+
+/// To the start of the line, and erase it: the status line goes before anything is written.
+const ERASE: &[u8] = b"\r\x1b[K";
 
 fn write_lines(rx: Receiver<Msg>) {
     // stderr is locked per line, never for the life of the thread: a write stuck on a full pipe
     // must not hold a lock that anything else could wait for.
+    let mut status: Option<Vec<u8>> = None;
     for msg in rx {
         match msg {
+            // A line goes above the status line: erased, then drawn again below the line, in
+            // one write.
             Msg::Line(line) => {
-                let _ = io::stderr().write_all(&line);
+                let _ = match &status {
+                    Some(shown) => io::stderr().write_all(&[ERASE, &line, shown].concat()),
+                    None => io::stderr().write_all(&line),
+                };
+            }
+            Msg::Status(next, done) => {
+                if next.is_some() || status.is_some() {
+                    let _ = io::stderr().write_all(&[ERASE, next.as_deref().unwrap_or_default()].concat());
+                }
+                status = next;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
             }
             Msg::Flush(done) => {
+                if status.take().is_some() {
+                    let _ = io::stderr().write_all(ERASE);
+                }
                 let _ = io::stderr().flush();
                 let _ = done.send(());
             }
         }
     }
+}
+
+/// The log's writer, for the status line.
+static WRITER: OnceLock<Queue> = OnceLock::new();
+/// A status line may be on the screen.
+static STATUS_SHOWN: AtomicBool = AtomicBool::new(false);
+
+/// Shows `text` on the last line of stderr, redrawn in place of the one before and kept below
+/// the log lines written meanwhile (a waiting run on a terminal: the caller makes sure stderr
+/// is one, and that `text` fits on one of its lines). Dropped when the queue is full.
+pub fn show_status(text: &str) {
+    let Some(Sink::Thread(tx)) = WRITER.get().map(Queue::sink) else { return };
+    STATUS_SHOWN.store(true, Ordering::Relaxed);
+    let _ = tx.try_send(Msg::Status(Some(text.as_bytes().to_vec()), None));
+}
+
+/// Erases the status line, if one is shown, and returns once it is erased (bounded by
+/// [`FLUSH_LIMIT`]): what comes next on stderr, a line or the command's output, starts on a
+/// clean line.
+pub fn clear_status() {
+    if !STATUS_SHOWN.swap(false, Ordering::Relaxed) {
+        return;
+    }
+    let Some(Sink::Thread(tx)) = WRITER.get().map(Queue::sink) else { return };
+    let (done_tx, done) = mpsc::sync_channel(1);
+    send_and_wait(&tx, Msg::Status(None, Some(done_tx)), done);
+}
+
+/// Queues `msg` (waiting for room, bounded) and waits until the writer says it is done with it.
+fn send_and_wait(tx: &SyncSender<Msg>, mut msg: Msg, done: Receiver<()>) {
+    let give_up = Instant::now() + FLUSH_LIMIT;
+    loop {
+        match tx.try_send(msg) {
+            Ok(()) => break,
+            Err(TrySendError::Full(m)) if Instant::now() < give_up => {
+                msg = m;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = done.recv_timeout(give_up.saturating_duration_since(Instant::now()));
 }
 
 /// Writes out what the log queue holds when dropped, so that the last lines are not lost as the
@@ -84,20 +154,8 @@ pub struct Flusher {
 impl Drop for Flusher {
     fn drop(&mut self) {
         let Some(Some(Sink::Thread(tx))) = self.queue.as_ref().map(|q| q.0.get()) else { return };
-        let give_up = Instant::now() + FLUSH_LIMIT;
         let (done_tx, done) = mpsc::sync_channel(1);
-        let mut msg = Msg::Flush(done_tx);
-        loop {
-            match tx.try_send(msg) {
-                Ok(()) => break,
-                Err(TrySendError::Full(m)) if Instant::now() < give_up => {
-                    msg = m;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(_) => return,
-            }
-        }
-        let _ = done.recv_timeout(give_up.saturating_duration_since(Instant::now()));
+        send_and_wait(tx, Msg::Flush(done_tx), done);
     }
 }
 
@@ -208,14 +266,18 @@ pub fn about_keys(keys: &[Vec<u8>]) {
     let _ = ABOUT.keys.set(pairs);
 }
 
-/// The lines are about this holder of the lock: the host and pid its value names, and the
-/// token's short prefix (never the token itself: README § Logs).
-pub fn about_holder(host: &str, pid: u32, token_prefix: &str) {
-    let _ = ABOUT.holder.set(vec![
-        Pair::new("host", FieldValue::Str(host.to_owned())),
-        Pair::new("pid", FieldValue::U64(pid.into())),
-        Pair::new("token", FieldValue::Str(token_prefix.to_owned())),
-    ]);
+/// The lines are about this holder of the lock: the host and pid its value names, the token's
+/// short prefix (never the token itself: README § Logs) and its note, if any.
+pub fn about_holder(holder: &Holder) {
+    let mut pairs = vec![
+        Pair::new("host", FieldValue::Str(holder.host.clone())),
+        Pair::new("pid", FieldValue::U64(holder.pid.into())),
+        Pair::new("token", FieldValue::Str(holder.token_prefix().to_owned())),
+    ];
+    if let Some(note) = &holder.note {
+        pairs.push(Pair::new("note", FieldValue::Str(note.clone())));
+    }
+    let _ = ABOUT.holder.set(pairs);
 }
 
 /// The lock was acquired with these fences (one a key): `fence` (the first key's), and with

@@ -149,6 +149,7 @@ fn holder_json(h: &Holder) -> serde_json::Value {
         "since": rfc3339_ms(h.since_ms),
         "since_unix_ms": h.since_ms,
         "token_prefix": h.token_prefix(),
+        "note": h.note,
         "kind": h.kind.name(),
         "limit": match h.kind {
             Kind::Limit(n) => Some(n),

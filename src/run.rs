@@ -62,14 +62,16 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     }
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     let redlock_nodes = nodes.len();
-    let mut lock = Lock::new(nodes, &config.keys, config.ttl, config.idempotency.as_ref(), config.kind)
-        .map_err(|f| f.into_error("preparing the lock"))?;
+    let idempotency = config.idempotency.as_ref();
+    let mut lock =
+        Lock::new(nodes, &config.keys, config.ttl, idempotency, config.kind, config.note.as_deref())
+            .map_err(|f| f.into_error("preparing the lock"))?;
     if let Target::Script(holding) = &target {
         lock.on_behalf_of(holding.script_pid());
     }
     // From here on every line names this run's holder, as its value in Redis does.
     if let Some(holder) = Holder::parse(lock.value().as_bytes()) {
-        logging::about_holder(&holder.host, holder.pid, lock.token_prefix());
+        logging::about_holder(&holder);
     }
     if redlock_nodes > 1 && (redlock_nodes < 3 || redlock_nodes % 2 == 0) {
         tracing::warn!(

@@ -5,10 +5,11 @@
 //! it what happens and carries out what it asks for.
 
 mod machine;
+mod progress;
 
 use std::time::Duration;
 
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::backoff::full_jitter;
 use crate::config::Config;
@@ -17,6 +18,7 @@ use crate::guard::Guard;
 use crate::lock::{Acquired, Holder, Kind, Lease, Lock, Wake, Wakeups, hostname, show_key};
 use crate::signals::Signals;
 use machine::{Action, Context, End, Input, Machine, Rules, Wait};
+use progress::{Progress, REDRAW_EVERY};
 
 /// Bound on taking back an abandoned attempt (so a signal still ends the run promptly).
 const ABANDON_LIMIT: Duration = Duration::from_millis(300);
@@ -62,8 +64,10 @@ pub async fn acquire(
         keys: config.keys.clone(),
         outer_keys: config.outer.as_ref().map(|o| o.keys.clone()),
     };
-    let mut machine = Machine::new(rules, Box::new(full_jitter), Instant::now());
-    let mut shell = Acquirer { lock, config, signals, guard, releases: None };
+    let started = Instant::now();
+    let mut machine = Machine::new(rules, Box::new(full_jitter), started);
+    let progress = Progress::new(config, started);
+    let mut shell = Acquirer { lock, config, signals, guard, releases: None, progress };
     let mut actions = Vec::new();
     machine.start(Instant::now(), &mut actions);
     while !actions.is_empty() {
@@ -72,6 +76,8 @@ pub async fn acquire(
             machine.handle(input, Instant::now(), &mut actions);
         }
     }
+    // Whatever ended the wait (the lock, its end, a signal), what follows starts on a clean line.
+    shell.progress.clear();
     *queued_at = machine.queue_position();
     let end = machine.take_end().expect("the machine asks for something until it has ended");
     shell.finish(end)
@@ -84,12 +90,14 @@ struct Acquirer<'a> {
     signals: &'a mut Signals,
     guard: &'a mut Guard,
     releases: Option<Wakeups>,
+    /// Where the wait stands, for the status line.
+    progress: Progress,
 }
 
 impl Acquirer<'_> {
     /// Carries out one action; what answers it, if it has an answer.
     async fn carry_out(&mut self, action: Action) -> Option<Input> {
-        let Acquirer { lock, config, signals, guard, releases } = self;
+        let Acquirer { lock, config, signals, guard, releases, progress } = self;
         match action {
             Action::Subscribe => Some(tokio::select! {
                 r = lock.watch_releases() => Input::Subscribed(r.map(|wakeups| *releases = Some(wakeups))),
@@ -100,7 +108,10 @@ impl Acquirer<'_> {
                 None
             }
             Action::Attempt { join } => Some(tokio::select! {
-                r = lock.acquire(join) => Input::Answer(r.map(mark_ended)),
+                r = lock.acquire(join) => {
+                    progress.observe(&r);
+                    Input::Answer(r.map(mark_ended))
+                }
                 sig = signals.recv_before_start() => Input::Signal(sig),
             }),
             Action::CheckNested { waiter } => {
@@ -114,20 +125,34 @@ impl Acquirer<'_> {
                 guard.start();
                 None
             }
-            Action::Sleep(Wait { until, wakeups }) => Some(tokio::select! {
-                () = sleep_until(until) => Input::Timer,
-                wake = next_wake(releases), if wakeups => match wake {
-                    Wake::Ended => Input::SubscriptionEnded,
-                    Wake::Turn => Input::Turn,
-                    Wake::HandedOver { fence, grant } => Input::HandedOver {
-                        fence,
-                        grant,
-                        since_last_attempt: lock.handed_over_since_last_attempt(fence),
-                    },
-                },
-                sig = signals.recv_before_start() => Input::Signal(sig),
-                () = lock.master_changed(), if wakeups => Input::MasterChanged,
-            }),
+            Action::Sleep(Wait { until, wakeups }) => {
+                let wait = async {
+                    tokio::select! {
+                        () = sleep_until(until) => Input::Timer,
+                        wake = next_wake(releases), if wakeups => match wake {
+                            Wake::Ended => Input::SubscriptionEnded,
+                            Wake::Turn => Input::Turn,
+                            Wake::HandedOver { fence, grant } => Input::HandedOver {
+                                fence,
+                                grant,
+                                since_last_attempt: lock.handed_over_since_last_attempt(fence),
+                            },
+                        },
+                        sig = signals.recv_before_start() => Input::Signal(sig),
+                        () = lock.master_changed(), if wakeups => Input::MasterChanged,
+                    }
+                };
+                // The wait goes on across redraws, never started again: nothing it listens to
+                // is dropped half-way.
+                tokio::pin!(wait);
+                progress.waits(Instant::now());
+                loop {
+                    tokio::select! {
+                        input = &mut wait => break Some(input),
+                        () = sleep(REDRAW_EVERY), if progress.draws() => progress.draw(Instant::now()),
+                    }
+                }
+            }
             Action::Leave => {
                 let _ = tokio::time::timeout(ABANDON_LIMIT, lock.leave_queue()).await;
                 None

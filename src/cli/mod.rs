@@ -190,10 +190,19 @@ pub struct RunArgs {
     )]
     pub idempotency_ttl: String,
 
+    /// A label stored with the holder (a job's URL)
+    ///
+    /// Shown wherever the holder is named: another run's busy message, status, this run's log
+    /// lines. At most 200 bytes, no control characters. Stored in Redis in plain text, readable by
+    /// anyone who can read the key: never a secret.
+    #[arg(long, env = "REDLOCK_NOTE", value_name = "TEXT", help_heading = heading::LOCK)]
+    pub note: Option<OsString>,
+
     /// How long to wait for a busy lock; 0 = fail at once
     ///
     /// 'forever' waits without a limit, as flock(1) does without -w, and so does an outage of
-    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait.
+    /// Redis at the start (then --fail-open cannot be used); a signal still ends the wait. On a
+    /// terminal, a line on stderr shows who holds the lock, the place in the queue, the time left.
     #[arg(
         short,
         long,

@@ -23,7 +23,7 @@ pub mod vars {
 /// that a `redlock-run` inside it configures itself afresh (and no password leaks into it).
 /// Other `REDLOCK_*` variables are the user's and are passed on. A test keeps this list equal
 /// to the CLI's own (start-up does not build the clap command a second time for it).
-pub const WRAPPER_VARIABLES: [&str; 33] = [
+pub const WRAPPER_VARIABLES: [&str; 34] = [
     "REDLOCK_BUSY_EXIT_CODE",
     "REDLOCK_CLUSTER",
     "REDLOCK_COMMAND_TIMEOUT",
@@ -39,6 +39,7 @@ pub const WRAPPER_VARIABLES: [&str; 33] = [
     "REDLOCK_MAX_RUNTIME",
     "REDLOCK_METRICS_FILE",
     "REDLOCK_MIN_HOLD",
+    "REDLOCK_NOTE",
     "REDLOCK_NO_NEW_PRIVS",
     "REDLOCK_ON_LOST",
     // Read by hand rather than by clap (see `redis_config`).

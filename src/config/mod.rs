@@ -11,7 +11,7 @@ use crate::cli::{
 use crate::exit::Error;
 use crate::lock::KILL_AHEAD;
 use crate::lock::settings::{DEFAULT_SOURCE, Idempotency, RedisConfig, Tls, Topology};
-use crate::lock::{Kind, drift};
+use crate::lock::{Kind, NOTE_MAX, drift};
 
 pub mod env;
 mod key_rules;
@@ -227,6 +227,8 @@ pub struct Config {
     pub min_hold: Duration,
     /// The kind of lock (`--shared`, `--limit N`).
     pub kind: Kind,
+    /// The label stored with the holder (`--note`; `None` when not given or empty).
+    pub note: Option<String>,
     /// `--idempotency-key` and how long its success record lives.
     pub idempotency: Option<Idempotency>,
     /// The renewal period (`--renew-every`, or ttl/3).
@@ -301,6 +303,7 @@ impl Config {
                 None
             }
         };
+        let note = note(cli.note.as_deref())?;
         let max_runtime = cli.max_runtime.as_deref().map(|s| duration("--max-runtime", s)).transpose()?;
 
         // Given Redis timeouts must fit in the slack too (see `bounded_timeout`).
@@ -377,6 +380,7 @@ impl Config {
             fail_open: cli.fail_open,
             min_hold,
             kind,
+            note,
             idempotency,
             renew_every,
             kill_grace,
@@ -421,6 +425,29 @@ fn kind(cli: &RunArgs) -> Result<Kind, Error> {
         (false, None | Some(1)) => Kind::Exclusive,
         (false, Some(n)) => Kind::Limit(n),
     })
+}
+
+/// `--note`, checked: text that another run's message and `status` can show on one line as it
+/// was given. Empty is none (a CI variable that is not set).
+fn note(given: Option<&std::ffi::OsStr>) -> Result<Option<String>, Error> {
+    let Some(given) = given.filter(|n| !n.is_empty()) else { return Ok(None) };
+    let flag = named("--note");
+    let Some(note) = given.to_str() else {
+        return Err(usage(format!("{flag} must be UTF-8 text, not {given:?}")));
+    };
+    if note.len() > NOTE_MAX {
+        return Err(usage(format!(
+            "{flag} is {} bytes long, more than the {NOTE_MAX} a note may have: give a short label (a \
+             URL, a ticket, a pod's name)",
+            note.len()
+        )));
+    }
+    if let Some(c) = note.chars().find(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')) {
+        return Err(usage(format!(
+            "{flag} must be one line of text without control characters, and has {c:?}: {note:?}"
+        )));
+    }
+    Ok(Some(note.to_owned()))
 }
 
 /// `--metrics-file` is written at exit, after the command ran: a path that cannot take it is

@@ -40,7 +40,7 @@ pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
 pub use releasing::{Recorded, Released};
 use settings::Idempotency;
 pub use taking::Acquired;
-pub use values::{Holder, Kind, Success, hostname, rfc3339_ms};
+pub use values::{Holder, Kind, NOTE_MAX, Success, hostname, rfc3339_ms};
 pub use waiting::{QUEUE_ENTRY, QUEUE_KEEPALIVE, Wake, Wakeups};
 pub use watch::Notice;
 
@@ -118,10 +118,11 @@ impl Lock {
         ttl: Duration,
         idempotency: Option<&Idempotency>,
         kind: Kind,
+        note: Option<&str>,
     ) -> Result<Self, Fault> {
         let keys: Vec<Keys> = keys.iter().map(|k| Keys::new(k)).collect();
         let record = idempotency.map(|i| (keys[0].record(&i.id), i.ttl));
-        let value = Holder::this_process(kind)?.value();
+        let value = Holder::this_process(kind, note)?.value();
         let nodes_len = nodes.len();
         let cluster = nodes.len() == 1 && nodes[0].is_cluster();
         let groups = groups(&keys, cluster);
@@ -222,11 +223,6 @@ impl Lock {
     /// The random token that starts the value.
     fn token(&self) -> &str {
         self.value.split(' ').next().unwrap_or_default()
-    }
-
-    /// A short prefix of the token, safe to log.
-    pub fn token_prefix(&self) -> &str {
-        &self.value[..8]
     }
 
     /// How many nodes hold the lock (more than one: a Redlock quorum).

@@ -1,6 +1,11 @@
 //! What the tool stores, written and read back (for messages and `status`) in one place: the
 //! lock's value (`<token> <host> <pid> <start unix ms>`, followed by ` shared` or ` limit=N` for
 //! those kinds of lock) and a success record (`<host> <pid> <unix ms>`).
+//!
+//! A `--note` rides in the first word, after the token: `<token>~<note>`, its spaces and `%`
+//! written `%20` and `%25`. Every version reads the first word as a whole (the wake-up channels,
+//! `--holder`'s prefix) and the kind from the words after it, so a run that knows no notes
+//! still reads a noted value's host, pid, start and kind, and queues beside it as before.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -72,22 +77,37 @@ pub struct Holder {
     pub pid: u32,
     pub since_ms: u64,
     pub kind: Kind,
+    /// The run's `--note`, as given.
+    pub note: Option<String>,
 }
+
+/// The longest `--note`, in bytes: a URL or a pod's name fits, a log does not.
+pub const NOTE_MAX: usize = 200;
+
+/// Between the token and the note in the value's first word.
+const NOTE_MARK: char = '~';
 
 impl Holder {
     /// This process, holding from now on with a fresh token: 128 random bits from the OS.
-    pub fn this_process(kind: Kind) -> Result<Self, Fault> {
+    pub fn this_process(kind: Kind, note: Option<&str>) -> Result<Self, Fault> {
         let mut token = [0u8; 16];
         rand::rngs::SysRng
             .try_fill_bytes(&mut token)
             .map_err(|e| Fault::Internal(format!("cannot read the OS random source: {e}")))?;
         let token = token.iter().map(|b| format!("{b:02x}")).collect();
-        Ok(Holder { token, host: hostname(), pid: std::process::id(), since_ms: unix_ms(), kind })
+        let note = note.map(str::to_owned);
+        Ok(Holder { token, host: hostname(), pid: std::process::id(), since_ms: unix_ms(), kind, note })
     }
 
     /// The value stored at the lock key (or as a member of its set of holders).
     pub fn value(&self) -> String {
-        let value = format!("{} {} {} {}", self.token, self.host, self.pid, self.since_ms);
+        let first = match &self.note {
+            Some(note) => {
+                format!("{}{NOTE_MARK}{}", self.token, note.replace('%', "%25").replace(' ', "%20"))
+            }
+            None => self.token.clone(),
+        };
+        let value = format!("{first} {} {} {}", self.host, self.pid, self.since_ms);
         match self.kind.tag() {
             Some(tag) => format!("{value} {tag}"),
             None => value,
@@ -103,12 +123,17 @@ impl Holder {
             [_, _, _, _, tag] => Kind::from_tag(tag)?,
             _ => return None,
         };
+        let (token, note) = match fields[0].split_once(NOTE_MARK) {
+            Some((token, note)) => (token, Some(unescape(note))),
+            None => (fields[0], None),
+        };
         Some(Holder {
-            token: fields[0].to_owned(),
+            token: token.to_owned(),
             host: fields[1].to_owned(),
             pid: fields[2].parse().ok()?,
             since_ms: fields[3].parse().ok()?,
             kind,
+            note,
         })
     }
 
@@ -117,10 +142,34 @@ impl Holder {
         &self.token[..self.token.len().min(8)]
     }
 
-    /// "host (pid 123) since 2026-11-30T01:02:03Z".
+    /// "host (pid 123) since 2026-11-30T01:02:03Z", with the note as [`Holder::who`] has it.
     pub fn describe(&self) -> String {
-        format!("{} (pid {}) since {}", self.host, self.pid, rfc3339_ms(self.since_ms))
+        format!("{} since {}", self.who(), rfc3339_ms(self.since_ms))
     }
+
+    /// "host (pid 123)", or with a note, "host (pid 123, note "…")".
+    pub fn who(&self) -> String {
+        let note = self.note.as_ref().map(|n| format!(", note {n:?}")).unwrap_or_default();
+        format!("{} (pid {}{note})", self.host, self.pid)
+    }
+}
+
+/// A note as written in the value: `%20` and `%25` back to a space and `%`.
+fn unescape(note: &str) -> String {
+    let mut out = String::with_capacity(note.len());
+    let mut rest = note;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let (c, skip) = match rest.get(at..at + 3) {
+            Some("%20") => (' ', 3),
+            Some("%25") => ('%', 3),
+            _ => ('%', 1),
+        };
+        out.push(c);
+        rest = &rest[at + skip..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Where and when a run with an idempotency ID succeeded, from its success record.
@@ -201,11 +250,37 @@ mod tests {
     }
 
     #[test]
+    fn a_note_leaves_the_words_older_runs_read_as_they_were() {
+        let value = "0123456789abcdef0123456789abcdef~ci%20job%25 web-1 4711 1764460800000 limit=3";
+        let h = Holder::parse(value.as_bytes()).unwrap();
+        assert_eq!(
+            (h.token.as_str(), h.note.as_deref()),
+            ("0123456789abcdef0123456789abcdef", Some("ci job%"))
+        );
+        assert_eq!(h.describe(), "web-1 (pid 4711, note \"ci job%\") since 2025-11-30T00:00:00Z");
+        for kind in [Kind::Exclusive, Kind::Shared, Kind::Limit(3)] {
+            let plain = Holder::this_process(kind, None).unwrap();
+            let noted = Holder { note: Some("a b".repeat(NOTE_MAX / 3)), ..plain.clone() };
+            let (plain, noted) = (plain.value(), noted.value());
+            let words = |v: &str| v.split(' ').skip(1).map(str::to_owned).collect::<Vec<_>>();
+            // What the queue's Lua and an older parser read: the same words after the first,
+            // and a first word that starts with the token.
+            assert_eq!(words(&plain), words(&noted));
+            assert!(noted.starts_with(&format!("{}~", plain.split(' ').next().unwrap())), "{noted}");
+        }
+        assert_eq!(unescape("%2%%41%2"), "%2%%41%2");
+    }
+
+    #[test]
     fn what_is_written_parses_back() {
         for kind in [Kind::Exclusive, Kind::Shared, Kind::Limit(2), Kind::Limit(u32::MAX)] {
-            let h = Holder::this_process(kind).unwrap();
+            let h = Holder::this_process(kind, None).unwrap();
             assert_eq!(h.token.len(), 32);
             assert_eq!(Holder::parse(h.value().as_bytes()), Some(h));
+            for note in ["https://ci.example/jobs/1?a=b~c", "deploy 100% done", "%20 %25 ~ ünï"] {
+                let h = Holder::this_process(kind, Some(note)).unwrap();
+                assert_eq!(Holder::parse(h.value().as_bytes()), Some(h));
+            }
         }
         let s = Success::now();
         assert_eq!(Success::parse(s.value().as_bytes()), Some(s));

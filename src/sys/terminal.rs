@@ -1,4 +1,5 @@
-//! The terminal on stdin: whether the run is in its foreground, and handing it over.
+//! The terminals: the one on stdin (whether the run is in its foreground, and handing it over)
+//! and the width of the one on stderr.
 
 use std::io::{self, IsTerminal};
 use std::os::fd::BorrowedFd;
@@ -35,4 +36,13 @@ fn stdin_fd() -> BorrowedFd<'static> {
     // SAFETY: fd 0 stays open for the life of the process (it is never closed here), so a
     // 'static borrow of it is sound; if it is not a terminal the calls above simply fail.
     unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+/// How many columns the terminal on stderr has, if stderr is one that says.
+pub fn stderr_columns() -> Option<u16> {
+    let mut size = nix::libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct given, which outlives the call;
+    // on a descriptor that is no terminal it fails and writes nothing.
+    let ok = unsafe { nix::libc::ioctl(2, nix::libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(size.ws_col)
 }

@@ -39,7 +39,7 @@ fn a_killed_wrapper_frees_its_lock_at_once_whatever_its_kind() {
         (&["-k", "lock:crash"][..], Signal::SIGKILL),
         (&["-k", "lock:crash", "--shared"], Signal::SIGKILL),
         (&["-k", "lock:crash", "--limit", "2"], Signal::SIGKILL),
-        (&["-k", "lock:crash", "-k", "lock:crash-too"], Signal::SIGKILL),
+        (&["-k", "lock:crash", "-k", "lock:crash-too", "--note", "pod 7"], Signal::SIGKILL),
         (&["-k", "lock:crash"], Signal::SIGABRT),
     ] {
         let dir = tmp();
@@ -59,6 +59,8 @@ fn a_killed_wrapper_frees_its_lock_at_once_whatever_its_kind() {
         let mut stderr = String::new();
         std::io::Read::read_to_string(wrapper.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         assert!(stderr.contains("died; its command's processes were killed"), "{flags:?}: {stderr}");
+        // The releaser's lines name the dead run as its own did, its note too.
+        assert_eq!(stderr.contains("note=\"pod 7\""), flags.contains(&"--note"), "{flags:?}: {stderr}");
         eprintln!("{flags:?}: free {took:?} after the wrapper's SIGKILL");
         let next = run(redlock(&redis).args(flags).args(["--", "true"]), LIMIT);
         assert_eq!(next.code, 0, "{flags:?}: {}", next.stderr);

@@ -638,3 +638,15 @@ fn the_next_script_waits_for_the_release_of_one_that_ended() {
     let out = wait_output(&mut next, LIMIT);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A script's lock carries `--note` as a run's does: its holder's value names it.
+#[test]
+fn a_script_lock_carries_its_note() {
+    let redis = RedisServer::start();
+    let body = r#"eval "$(REDLOCK_NOTE='step 2' "$RR" lock --key lock:noted)" || exit
+        "$RR" status --key lock:noted"#;
+    let r = run(&mut script(&["sh"], &redis, body), LIMIT);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let status = String::from_utf8_lossy(&r.stdout);
+    assert!(status.contains("note \"step 2\")"), "{status}");
+}

@@ -1,0 +1,72 @@
+//! `--note` (docs/GUIDE.md § Options): a label stored with the holder, shown wherever the holder
+//! is named.
+
+use std::time::Duration;
+
+use crate::support::logs::text_lines;
+use crate::support::*;
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_note_names_the_holder_to_other_runs_status_and_its_own_logs() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let note = "ci job https://ci.example/runs/7?x=100%";
+    // Shared, on two keys: the note is in every value the run stores.
+    let mut holder = redlock(&redis)
+        .env("REDLOCK_NOTE", note)
+        .args(["-v", "--shared", "-k", "lock:note:a", "-k", "lock:note:b"])
+        .args(["--", "sh", "-c", HOLD_UNTIL_GO])
+        .env("GO", &go)
+        .stderr(std::process::Stdio::piped())
+        .start();
+    assert!(wait_until(LIMIT, || redis.exists(b"lock:note:b")));
+
+    let busy = run(redlock(&redis).args(["-k", "lock:note:b", "--", "true"]), LIMIT);
+    assert_eq!(busy.code, 75, "{}", busy.stderr);
+    assert!(busy.stderr.contains(&format!("(pid {}, note {note:?})", holder.id())), "{}", busy.stderr);
+
+    let status = |json: &[&str]| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(["status", "--redis-url", &redis.url(), "--key", "lock:note:b"]).args(json);
+        run(&mut cmd, LIMIT)
+    };
+    let text = String::from_utf8_lossy(&status(&[]).stdout).into_owned();
+    assert!(text.contains(&format!("note {note:?}")), "{text}");
+    let json: Value = serde_json::from_slice(&status(&["--json"]).stdout).expect("status --json is JSON");
+    assert_eq!(json["holders"][0]["note"], note, "{json}");
+    assert_eq!(json["holders"][0]["pid"], holder.id());
+
+    std::fs::write(&go, "").unwrap();
+    let out = wait_output(&mut holder, LIMIT);
+    assert!(out.status.success());
+    let lines = text_lines(&String::from_utf8_lossy(&out.stderr));
+    let acquired = lines.iter().find(|l| l.message.starts_with("acquired")).expect("an acquired line");
+    assert!(acquired.fields.iter().any(|(k, v)| k == "note" && v == note), "{:?}", acquired.fields);
+}
+
+#[test]
+fn a_note_that_does_not_fit_on_one_short_line_is_a_usage_error() {
+    let redis = RedisServer::start();
+    let at_most = "n".repeat(200);
+    let ok = run(redlock(&redis).args(["-k", "lock:note:ok", "--note", &at_most, "--", "true"]), LIMIT);
+    assert_eq!(ok.code, 0, "200 bytes fit: {}", ok.stderr);
+    let empty =
+        run(redlock(&redis).env("REDLOCK_NOTE", "").args(["-k", "lock:note:ok", "--", "true"]), LIMIT);
+    assert_eq!(empty.code, 0, "empty is none: {}", empty.stderr);
+
+    let long = format!("{at_most}é");
+    let too_long = run(redlock(&redis).args(["-k", "lock:note:no", "--note", &long, "--", "true"]), LIMIT);
+    assert_eq!(too_long.code, 64, "{}", too_long.stderr);
+    assert!(too_long.stderr.contains("--note is 202 bytes long, more than the 200"), "{}", too_long.stderr);
+    for bad in ["two\nlines", "a\ttab", "\u{1b}[31mred"] {
+        let refused =
+            run(redlock(&redis).env("REDLOCK_NOTE", bad).args(["-k", "lock:note:no", "--", "true"]), LIMIT);
+        assert_eq!(refused.code, 64, "{bad:?}: {}", refused.stderr);
+        assert!(refused.stderr.contains("REDLOCK_NOTE must be one line"), "{}", refused.stderr);
+    }
+    assert!(!redis.exists(b"lock:note:no"));
+}
