@@ -337,17 +337,6 @@ fn lock_refuses_what_it_cannot_guard() {
     );
     assert_eq!((r.code, r.stdout.as_slice()), (64, &b"(exit 64)\n"[..]), "{}", r.stderr);
     assert!(r.stderr.contains("does not read them"), "{}", r.stderr);
-    // A script that shares its parent's process group: stopping the group would stop more.
-    // (`; exit` keeps the outer shell from exec'ing the inner one.)
-    let mut shared =
-        script(&["bash"], &redis, r#"bash -c 'eval "$("$RR" lock --key lock:no)" || exit; echo ran'; exit"#);
-    let r = run(&mut shared, LIMIT);
-    assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("setsid -w") && !String::from_utf8_lossy(&r.stdout).contains("ran"),
-        "{}",
-        r.stderr
-    );
     // Options that a script cannot honour.
     for flags in [
         &["--idempotency-key", "x"][..],
@@ -637,4 +626,98 @@ fn the_next_script_waits_for_the_release_of_one_that_ended() {
     kill(holder, Signal::SIGCONT).unwrap();
     let out = wait_output(&mut next, LIMIT);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A step that a CI runner starts as a plain child (`bash step.sh` from a shell that leads the
+/// group, as GitHub Actions' runner does) holds the lock as itself and its descendants: a lost
+/// lock, `--max-runtime` and a killed holder (through its guardian) stop the step and its
+/// children, never the shell that started it, which goes on.
+#[test]
+fn a_step_that_does_not_lead_its_group_is_stopped_alone() {
+    let redis = RedisServer::start();
+    for (how, flags, status) in [
+        ("lost", "--ttl 2s", 143),
+        ("max-runtime", "--ttl 20s --max-runtime 1s", 143),
+        ("killed", "--ttl 20s", 137),
+    ] {
+        let dir = tmp();
+        let (step, held) = (file(&dir, "step.sh"), file(&dir, "held"));
+        let body = format!(
+            r#"eval "$("$RR" lock --key lock:step-{how} {flags} -v)" || exit
+            sleep 100 &
+            echo "$$ $! ${{REDLOCK_HOLDER#*.}}" > "$HELD"
+            sleep 100"#
+        );
+        std::fs::write(&step, body).unwrap();
+        let mut s = script(&["bash"], &redis, r#"bash "$STEP"; echo "after $?""#)
+            .env("STEP", &step)
+            .env("HELD", &held)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .start();
+        let text = read_when_present(&held, Duration::from_secs(10));
+        let pids: Vec<i32> = text
+            .split(|c: char| !c.is_ascii_digit())
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse().unwrap())
+            .collect();
+        let step_pid = pids[0];
+        assert!(wait_until(Duration::from_secs(10), || children_of(step_pid).len() >= 2), "{how}");
+        let mut stopped = children_of(step_pid);
+        stopped.push(step_pid);
+        let json = run(
+            wrapper().args([
+                "status",
+                "--json",
+                "--redis-url",
+                &redis.url(),
+                "--key",
+                &format!("lock:step-{how}"),
+            ]),
+            LIMIT,
+        )
+        .stdout;
+        let json = String::from_utf8_lossy(&json);
+        assert!(json.contains(&format!("\"pid\":{step_pid}")), "{how}: held for the step: {json}");
+        if how == "lost" {
+            assert!(wait_until(Duration::from_secs(10), || redis.tracking_items() > 0), "the watch began");
+            let _: () = redis.cmd(&[b"SET", b"lock:step-lost", b"the-next-holder", b"PX", b"60000"]);
+        }
+        if how == "killed" {
+            kill(Pid::from_raw(pids[2]), Signal::SIGKILL).unwrap();
+        }
+        let out = wait_output(&mut s, LIMIT);
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let after = format!("after {status}\n");
+        assert_eq!((out.status.code(), stdout.as_ref()), (Some(0), after.as_str()), "{how}: {stderr}");
+        assert!(stderr.contains("does not lead its process group"), "{how}: {stderr}");
+        for pid in stopped {
+            assert!(wait_until(AT_ONCE, || !process_alive(pid)), "{how}: {pid} of the step was stopped");
+        }
+        if how == "killed" {
+            assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:step-killed")), "released at once: {stderr}");
+        }
+    }
+}
+
+/// A step that ends leaves none of the descendants its holder saw running: they get SIGTERM,
+/// as the rest of a command's group does, and the lock goes back.
+#[test]
+fn a_step_that_ends_takes_its_known_children_with_it() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (step, held) = (file(&dir, "step.sh"), file(&dir, "held"));
+    let body = r#"eval "$("$RR" lock --key lock:ends-step --ttl 20s)" || exit
+        sleep 100 &
+        echo "$!" > "$HELD"
+        sleep 0.7"#;
+    std::fs::write(&step, body).unwrap();
+    let r = run(
+        script(&["bash"], &redis, r#"bash "$STEP"; echo "after $?""#).env("STEP", &step).env("HELD", &held),
+        LIMIT,
+    );
+    assert_eq!((r.code, String::from_utf8_lossy(&r.stdout).as_ref()), (0, "after 0\n"), "{}", r.stderr);
+    let child: i32 = std::fs::read_to_string(&held).unwrap().trim().parse().unwrap();
+    assert!(wait_until(AT_ONCE, || !process_alive(child)), "the step's background job was stopped");
+    assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:ends-step")), "released");
 }

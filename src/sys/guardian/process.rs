@@ -2,7 +2,8 @@
 
 use nix::libc;
 
-use super::{ACQUIRED, GUARD, KILL_BY, NO_LOCK, RUNS, UNWATCH, Verdict, WATCH};
+use super::tree::Tree;
+use super::{ACQUIRED, GUARD, KILL_BY, KNOWN, NO_LOCK, RUNS, TREE, UNWATCH, Verdict, WATCH};
 use crate::exit::status;
 
 /// How often a watching guardian looks at the command.
@@ -27,7 +28,7 @@ const GUARDIAN_IGNORES: [i32; 11] = [
 ];
 
 /// `/proc/PID/stat`, NUL-terminated, written without allocating (in the guardian).
-fn stat_path(pid: i32) -> [u8; 32] {
+pub(super) fn stat_path(pid: i32) -> [u8; 32] {
     let mut path = [0u8; 32];
     path[..6].copy_from_slice(b"/proc/");
     let mut digits = [0u8; 10];
@@ -57,8 +58,8 @@ pub(in crate::sys) struct Fds {
 
 /// How long the members of the command's group may take to die after SIGKILL before the
 /// guardian gives up confirming it (a member in uninterruptible sleep), and how often it looks.
-const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
-const CONFIRM_EVERY_NS: i64 = 1_000_000;
+pub(super) const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
+pub(super) const CONFIRM_EVERY_NS: i64 = 1_000_000;
 
 /// The guardian's whole life, reading its socket, until `_exit` or the releaser's exec;
 /// `announce`: says that it runs once it is ready (an exec'd guardian; see
@@ -109,6 +110,13 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
         }
         // The command, once it has said its pid: its process group and its /proc stat file.
         let mut command: Option<(i32, [u8; 32])> = None;
+        // A script that does not lead its process group, guarded as itself and its descendants
+        // (`TREE`), not as a group.
+        let mut tree = Tree::new();
+        let mut is_tree = false;
+        // Never taken for the script's: the guardian and its wrapper (the script's holder, which
+        // the script forked through `lock`).
+        let spare = [libc::getpid(), wrapper];
         let mut watching = false;
         let mut kill_by = i64::MAX;
         let mut killed = false;
@@ -121,7 +129,11 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
             {
                 // The lease deadline is here and the wrapper has not stopped its command
                 // (stopped itself, say): nothing of it may run once the key can expire.
-                libc::kill(-pid, libc::SIGKILL);
+                if is_tree {
+                    tree.kill(spare);
+                } else {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
                 killed = true;
             }
             let mut wait = if watching { WATCH_EVERY_NS } else { i64::MAX };
@@ -147,7 +159,7 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 }
                 libc::_exit(status::INTERNAL.into());
             }
-            let mut message = [0u8; 9];
+            let mut message = [0u8; 13];
             match libc::read(0, message.as_mut_ptr().cast(), 1) {
                 1 if message[0] == WATCH => watching = true,
                 1 if message[0] == UNWATCH => watching = false,
@@ -165,12 +177,28 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                     let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
                     command = Some((pid, stat_path(pid)));
                 }
+                1 if message[0] == TREE || message[0] == KNOWN => {
+                    if libc::read(0, message[1..].as_mut_ptr().cast(), 12) != 12 {
+                        libc::_exit(status::INTERNAL.into());
+                    }
+                    let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
+                    let mut start = [0u8; 8];
+                    start.copy_from_slice(&message[5..]);
+                    let start = u64::from_ne_bytes(start);
+                    if message[0] == TREE {
+                        command = Some((pid, stat_path(pid)));
+                        is_tree = true;
+                        tree.root(pid, start);
+                    } else {
+                        tree.add(pid, start);
+                    }
+                }
                 1 if message[0] == KILL_BY || message[0] == ACQUIRED => {
                     if libc::read(0, message[1..].as_mut_ptr().cast(), 8) != 8 {
                         libc::_exit(status::INTERNAL.into());
                     }
                     let mut at = [0u8; 8];
-                    at.copy_from_slice(&message[1..]);
+                    at.copy_from_slice(&message[1..9]);
                     let at = i64::from_ne_bytes(at);
                     if message[0] == KILL_BY { kill_by = at } else { acquired = at }
                 }
@@ -178,7 +206,10 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 n if n == 0 || *libc::__errno_location() == libc::ECONNRESET => {
                     // EOF without goodbye (a reset, if it left the guardian's news unread):
                     // the wrapper died.
-                    wrapper_died(command.map(|(pid, _)| pid), wrapper, acquired, ticket, stderr);
+                    let command = command.map(|(pid, _)| {
+                        if is_tree { Guarded::Tree(&mut tree, spare) } else { Guarded::Group(pid) }
+                    });
+                    wrapper_died(command, wrapper, acquired, ticket, stderr);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
                 _ => libc::_exit(status::INTERNAL.into()),
@@ -187,18 +218,36 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
     }
 }
 
+/// What the guardian kills if its wrapper dies.
+enum Guarded<'a> {
+    /// The command's process group.
+    Group(i32),
+    /// A script's tree, and the processes never to take for its members.
+    Tree(&'a mut Tree, [i32; 2]),
+}
+
 /// The wrapper died: nothing of its command may live on, and once nothing can, the lock goes
 /// back at once (the releaser, where there is a ticket).
 ///
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
-unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket: bool, stderr: bool) -> ! {
+unsafe fn wrapper_died(
+    command: Option<Guarded>,
+    wrapper: i32,
+    acquired: i64,
+    ticket: bool,
+    stderr: bool,
+) -> ! {
     // SAFETY: (the whole block) plain system calls on a process group and descriptors of its own.
     unsafe {
         let verdict = match command {
-            Some(pid) => {
+            Some(Guarded::Group(pid)) => {
                 libc::kill(-pid, libc::SIGKILL);
                 group_dead(pid)
+            }
+            Some(Guarded::Tree(tree, spare)) => {
+                tree.kill(spare);
+                tree.dead(spare)
             }
             None => Verdict::NothingRan,
         };
@@ -335,21 +384,46 @@ enum Members {
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
 unsafe fn members(pgid: i32) -> Members {
+    let mut found = Members::None;
+    // SAFETY: plain system calls on paths and process ids of its own.
+    let read = unsafe {
+        each_process(|pid| {
+            let Some((state, group)) = stat_of(&stat_path(pid)) else { return true };
+            if group != pgid || matches!(state, b'Z' | b'X' | b'x') {
+                return true;
+            }
+            if libc::kill(pid, 0) != 0 && *libc::__errno_location() == libc::EPERM {
+                found = Members::Unsignalable;
+                return false;
+            }
+            found = Members::Live;
+            true
+        })
+    };
+    if read { found } else { Members::Unreadable }
+}
+
+/// Calls `f` with the pid of every process `/proc` lists, until it returns false; without
+/// allocating. False if `/proc` could not be read through.
+///
+/// # Safety
+/// Only plain system calls; in the guardian's own process.
+pub(super) unsafe fn each_process(mut f: impl FnMut(i32) -> bool) -> bool {
     // SAFETY: (the whole block) plain system calls on a directory and buffers of its own;
     // getdents64 writes at most `buf.len()` bytes of whole records.
     unsafe {
         let dir = libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
         if dir < 0 {
-            return Members::Unreadable;
+            return false;
         }
         #[repr(C, align(8))]
         struct Buf([u8; 4096]);
         let mut buf = Buf([0; 4096]);
-        let mut found = Members::None;
-        loop {
+        let mut read = true;
+        'dir: loop {
             let n = libc::syscall(libc::SYS_getdents64, dir, buf.0.as_mut_ptr(), buf.0.len());
             if n < 0 {
-                found = Members::Unreadable;
+                read = false;
                 break;
             }
             if n == 0 {
@@ -366,20 +440,15 @@ unsafe fn members(pgid: i32) -> Members {
                 let name = &record[19..len];
                 let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
                 at += len;
-                let Some(pid) = parse_pid(name) else { continue };
-                let Some((state, group)) = stat_of(&stat_path(pid)) else { continue };
-                if group != pgid || matches!(state, b'Z' | b'X' | b'x') {
-                    continue;
+                if let Some(pid) = parse_pid(name)
+                    && !f(pid)
+                {
+                    break 'dir;
                 }
-                if libc::kill(pid, 0) != 0 && *libc::__errno_location() == libc::EPERM {
-                    libc::close(dir);
-                    return Members::Unsignalable;
-                }
-                found = Members::Live;
             }
         }
         libc::close(dir);
-        found
+        read
     }
 }
 
@@ -396,7 +465,7 @@ fn parse_pid(name: &[u8]) -> Option<i32> {
 ///
 /// # Safety
 /// Only plain system calls; `path` must be NUL-terminated.
-unsafe fn read_small(path: *const libc::c_char, buf: &mut [u8; 512]) -> Option<usize> {
+pub(super) unsafe fn read_small(path: *const libc::c_char, buf: &mut [u8; 512]) -> Option<usize> {
     // SAFETY: the caller's NUL-terminated path; the buffer outlives the read.
     let n = unsafe {
         let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
@@ -435,7 +504,7 @@ fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
 ///
 /// # Safety
 /// Only plain system calls.
-unsafe fn proc_is_ours() -> bool {
+pub(super) unsafe fn proc_is_ours() -> bool {
     let mut buf = [0u8; 512];
     // SAFETY: a NUL-terminated literal.
     let Some(n) = (unsafe { read_small(c"/proc/self/stat".as_ptr(), &mut buf) }) else { return false };
