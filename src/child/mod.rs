@@ -152,6 +152,7 @@ impl Child {
 
     /// Guards `script`, which took the lock with `redlock-run lock`, as a spawned command is
     /// guarded; `let_go` brings `unlock`'s requests.
+    ///
     /// A script that does not lead its process group is guarded as itself and its descendants
     /// (`tree`), never its group.
     pub fn adopt(script: Script, mut guard: Guard, let_go: mpsc::UnboundedReceiver<UnlockRequest>) -> Child {

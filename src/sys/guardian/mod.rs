@@ -19,6 +19,7 @@
 //! reaped as the wrapper exits (`reap_guardians`).
 
 mod process;
+mod procfs;
 mod tree;
 
 use std::io;
@@ -67,6 +68,11 @@ struct Starting {
     stack: CloneStack,
     exec: Box<GuardianExec>,
 }
+
+/// How long the members of the command's group may take to die after SIGKILL before the
+/// guardian gives up confirming it (a member in uninterruptible sleep), and how often it looks.
+pub(super) const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
+pub(super) const CONFIRM_EVERY_NS: i64 = 1_000_000;
 
 /// What the guardian is told, one byte each; `GUARD` is followed by the command's pid (4 bytes,
 /// native order) in the same write, made by the command's process before its exec; `KILL_BY`

@@ -5,10 +5,8 @@
 
 use nix::libc;
 
-use super::Verdict;
-use super::process::{
-    CONFIRM_EVERY_NS, CONFIRM_WITHIN_NS, each_process, proc_is_ours, read_small, stat_path,
-};
+use super::procfs::{each_process, proc_is_ours, read_small, stat_path};
+use super::{CONFIRM_EVERY_NS, CONFIRM_WITHIN_NS, Verdict};
 
 /// How many processes of a script's tree a guardian follows at most.
 pub(super) const CAP: usize = 1024;
