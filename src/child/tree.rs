@@ -50,9 +50,54 @@ impl Tree {
     /// Walks /proc: drops the members that have ended and adds the descendants of those that
     /// live. Returns whether a member was added. Without /proc (or another namespace's) the
     /// members stay as they are.
+    ///
+    /// The members' `children` files name their children, so that a walk reads a few files,
+    /// not every process's; where the kernel has none, every process is read.
     pub fn refresh(&mut self) -> bool {
+        if !super::proc_is_ours() {
+            return false;
+        }
+        if let Some(added) = self.through_children() {
+            return added;
+        }
         let Some(all) = processes() else { return false };
         self.update(&all)
+    }
+
+    /// [`Tree::refresh`] through /proc/PID/task/TID/children; `None` where the kernel has no
+    /// such file.
+    fn through_children(&mut self) -> Option<bool> {
+        self.members.retain(|&(pid, start)| live(pid).is_some_and(|s| s.start_time == start));
+        let mut known: HashSet<Pid> = self.members.iter().map(|&(pid, _)| pid).collect();
+        let mut added = false;
+        let mut next = 0;
+        while next < self.members.len() {
+            let (pid, _) = self.members[next];
+            next += 1;
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                let children = match std::fs::read_to_string(task.path().join("children")) {
+                    Ok(children) => children,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && task.path().exists() => {
+                        return None;
+                    }
+                    // Ended meanwhile.
+                    Err(_) => continue,
+                };
+                for child in children.split_ascii_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                    let child = Pid::from_raw(child);
+                    if child == self.holder || known.contains(&child) {
+                        continue;
+                    }
+                    if let Some(s) = live(child).filter(|s| s.parent == pid) {
+                        known.insert(child);
+                        self.members.push((child, s.start_time));
+                        added = true;
+                    }
+                }
+            }
+        }
+        Some(added)
     }
 
     fn update(&mut self, all: &[Seen]) -> bool {
@@ -136,13 +181,13 @@ impl Tree {
 
     /// The members' state, judged as a group's is: zombies are not members.
     pub fn state(&mut self) -> Group {
-        let Some(all) = processes() else {
+        if !super::proc_is_ours() {
             // Without /proc only the members' pids can be asked.
             let alive = self.members.iter().any(|&(pid, _)| kill(pid, None).is_ok());
             return if alive { Group::Running } else { Group::Empty };
-        };
-        self.update(&all);
-        let stopped = |pid: Pid| all.iter().any(|p| p.pid == pid && matches!(p.state, b'T' | b't'));
+        }
+        self.refresh();
+        let stopped = |pid: Pid| live(pid).is_some_and(|s| matches!(s.state, b'T' | b't'));
         match &self.members[..] {
             [] => Group::Empty,
             members if members.iter().all(|&(pid, _)| stopped(pid)) => Group::Stopped,
@@ -156,11 +201,13 @@ impl Tree {
     }
 }
 
-/// Every process /proc shows; `None` without /proc, or with another PID namespace's.
+/// Process `pid`'s stat, unless it is gone or a zombie.
+fn live(pid: Pid) -> Option<super::adopted::Stat> {
+    super::adopted::stat(pid).filter(|s| !matches!(s.state, b'Z' | b'X' | b'x'))
+}
+
+/// Every process /proc shows.
 fn processes() -> Option<Vec<Seen>> {
-    if !super::proc_is_ours() {
-        return None;
-    }
     let mut all = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
