@@ -89,8 +89,8 @@ pub const LOCK_TABLE: &[(Option<u8>, &str)] = &[
     (Some(status::SUCCESS), "the lock is held for the script; the assignments are printed"),
     (
         Some(status::USAGE),
-        "usage error, or a script that cannot be guarded: not evaluating the output, not leading its \
-         process group, interactive, or holding the key already",
+        "usage error, or a script that cannot be guarded: not evaluating the output, interactive, or \
+         holding the key already",
     ),
     (Some(status::WRONG_TYPE), "the key holds another type, or is used with another kind of lock"),
     (Some(status::UNAVAILABLE), "Redis unavailable"),

@@ -21,6 +21,9 @@ use crate::sys;
 /// started or began to wait, it usually has long before) before a forked one takes its place.
 const READY_WITHIN: Duration = Duration::from_secs(2);
 
+/// A process of a script's tree: its pid and start time (/proc's clock ticks).
+type Member = (nix::unistd::Pid, u64);
+
 pub struct Guard {
     guardian: Option<sys::Guardian>,
     /// The release's ticket, as a memory file each guardian gets a copy of.
@@ -31,6 +34,9 @@ pub struct Guard {
     /// The lease deadline `kill_by` was worked out from.
     deadline: Option<Instant>,
     command: Option<nix::unistd::Pid>,
+    /// A script guarded as itself and its descendants (not its group): the script and the
+    /// members last told, each with its start time.
+    tree: Option<(Member, Vec<Member>)>,
     no_lock: bool,
 }
 
@@ -51,6 +57,7 @@ impl Guard {
             kill_by: None,
             deadline: None,
             command: None,
+            tree: None,
             no_lock: false,
         }
     }
@@ -121,6 +128,29 @@ impl Guard {
         if let Some(g) = &self.guardian {
             g.guard(pid);
         }
+    }
+
+    /// A script that does not lead its process group, and its live descendants as last seen
+    /// (`members`: the script first, at the first call; each with its start time): the
+    /// guardian kills them, never a group. Told only the members it does not know yet.
+    pub fn guarding_tree(&mut self, members: &[Member]) {
+        let Some((root, known)) = &mut self.tree else {
+            let Some(&root) = members.first() else { return };
+            self.command = Some(root.0);
+            if let Some(g) = &self.guardian {
+                g.guard_tree(root.0, root.1);
+                members[1..].iter().for_each(|&(pid, start)| g.known(pid, start));
+            }
+            self.tree = Some((root, members.to_vec()));
+            return;
+        };
+        if let Some(g) = &self.guardian {
+            for &(pid, start) in members.iter().filter(|m| **m != *root && !known.contains(m)) {
+                g.known(pid, start);
+            }
+        }
+        known.clear();
+        known.extend_from_slice(members);
     }
 
     /// Resolves once the current guardian is gone (someone killed it); never without one.
@@ -204,8 +234,13 @@ impl Guard {
     }
 
     fn adopt(&mut self, guardian: sys::Guardian) {
-        if let Some(pid) = self.command {
-            guardian.guard(pid);
+        match (&self.tree, self.command) {
+            (Some((root, known)), _) => {
+                guardian.guard_tree(root.0, root.1);
+                known.iter().filter(|m| *m != root).for_each(|&(pid, start)| guardian.known(pid, start));
+            }
+            (None, Some(pid)) => guardian.guard(pid),
+            (None, None) => {}
         }
         if let Some(at) = self.acquired {
             guardian.acquired(at);
@@ -229,6 +264,7 @@ impl Guard {
             kill_by: None,
             deadline: None,
             command: None,
+            tree: None,
             no_lock: false,
         }
     }

@@ -20,12 +20,15 @@ pub struct Script {
     /// script is looked at every [`POLL_EVERY`] instead.
     pidfd: Option<OwnedFd>,
     /// Its start time (/proc/PID/stat), which tells it from a later process with its pid.
-    start_time: u64,
+    pub start_time: u64,
+    /// It does not lead its process group: it and its descendants are guarded, not the group
+    /// (`child::tree`).
+    pub tree: bool,
 }
 
 impl Script {
-    pub fn new(pid: Pid, pidfd: Option<OwnedFd>, start_time: u64) -> Script {
-        Script { pid, pidfd, start_time }
+    pub fn new(pid: Pid, pidfd: Option<OwnedFd>, start_time: u64, tree: bool) -> Script {
+        Script { pid, pidfd, start_time, tree }
     }
 
     /// Whether the script has exited (a zombie its parent has not reaped counts as exited).

@@ -18,7 +18,13 @@ use crate::guard::Guard;
 use crate::sys;
 
 pub mod adopted;
+mod tree;
 use adopted::{Script, UnlockRequest};
+use tree::Tree;
+
+/// How often the descendants of a script that does not lead its process group are looked for
+/// while it runs (`tree`): one reparented away between two looks is not found.
+const WALK_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Environment the command receives from the wrapper.
 pub struct LockEnv {
@@ -63,6 +69,9 @@ struct Adopted {
     asked: Vec<UnlockRequest>,
     /// Let go of: the script runs on without the lock, and nothing stops it.
     released: bool,
+    /// A script that does not lead its process group: it and its descendants are the target
+    /// of every signal, and are looked for every [`WALK_EVERY`].
+    tree: Option<(Tree, tokio::time::Interval)>,
 }
 
 /// The command's process group, judged by the processes that can still run: zombies are not
@@ -143,10 +152,23 @@ impl Child {
 
     /// Guards `script`, which took the lock with `redlock-run lock`, as a spawned command is
     /// guarded; `let_go` brings `unlock`'s requests.
+    ///
+    /// A script that does not lead its process group is guarded as itself and its descendants
+    /// (`tree`), never its group.
     pub fn adopt(script: Script, mut guard: Guard, let_go: mpsc::UnboundedReceiver<UnlockRequest>) -> Child {
         let pid = script.pid;
-        guard.guarding_now(pid);
-        let adopted = Adopted { script, let_go, asked: Vec::new(), released: false };
+        let tree = script.tree.then(|| {
+            let mut tree = Tree::new(pid, script.start_time);
+            tree.refresh();
+            let mut walk = tokio::time::interval(WALK_EVERY);
+            walk.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            (tree, walk)
+        });
+        match &tree {
+            Some((tree, _)) => guard.guarding_tree(tree.members()),
+            None => guard.guarding_now(pid),
+        }
+        let adopted = Adopted { script, let_go, asked: Vec::new(), released: false, tree };
         Child {
             pid,
             foreground: false,
@@ -187,9 +209,15 @@ impl Child {
         self.foreground
     }
 
-    /// Sends `sig` to the command's whole process group. Harmless once the group is empty;
-    /// EPERM means no member may be signalled by the wrapper (another user's processes).
-    pub fn signal_group(&self, sig: Signal) -> Result<(), Errno> {
+    /// Sends `sig` to the command's whole process group (a script's tree: `tree`). Harmless
+    /// once the group is empty; EPERM means a member may not be signalled by the wrapper
+    /// (another user's processes).
+    pub fn signal_group(&mut self, sig: Signal) -> Result<(), Errno> {
+        if let Some(tree) = self.tree() {
+            let result = tree.signal(sig);
+            self.tell_guardian();
+            return result;
+        }
         match killpg(self.pid, sig) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
             Err(e) => Err(e),
@@ -203,7 +231,10 @@ impl Child {
 
     /// The command's process group, judged by the processes that can still run: a zombie
     /// whose parent does not reap it keeps the group alive for `kill`, but not here.
-    pub fn group_state(&self) -> Group {
+    pub fn group_state(&mut self) -> Group {
+        if let Some(tree) = self.tree() {
+            return tree.state();
+        }
         if killpg(self.pid, None) == Err(Errno::ESRCH) {
             return Group::Empty;
         }
@@ -246,6 +277,7 @@ impl Child {
                         a.asked.push(asked);
                         return Event::LetGo;
                     }
+                    () = walk(&mut a.tree) => self.tell_guardian(),
                 },
             }
         }
@@ -308,8 +340,28 @@ impl Child {
     }
 
     /// Whether any process of the command's group is still alive.
-    pub fn group_alive(&self) -> bool {
-        killpg(self.pid, None).is_ok()
+    pub fn group_alive(&mut self) -> bool {
+        match self.tree() {
+            Some(tree) => tree.alive(),
+            None => killpg(self.pid, None).is_ok(),
+        }
+    }
+
+    /// The script's tree, when it is guarded as one.
+    fn tree(&mut self) -> Option<&mut Tree> {
+        match &mut self.how {
+            How::Adopted(a) => a.tree.as_mut().map(|(tree, _)| tree),
+            How::Spawned(_) => None,
+        }
+    }
+
+    /// The guardian learns the tree's members, to kill them too if the holder dies.
+    fn tell_guardian(&mut self) {
+        if let How::Adopted(a) = &self.how
+            && let Some((tree, _)) = &a.tree
+        {
+            self.guard.guarding_tree(tree.members());
+        }
     }
 }
 
@@ -325,6 +377,17 @@ impl Drop for Child {
         if self.foreground && sys::terminal_group() == Some(self.pid) {
             sys::give_terminal_to(nix::unistd::getpgrp());
         }
+    }
+}
+
+/// The next look at a script's tree, done; never, without one.
+async fn walk(tree: &mut Option<(Tree, tokio::time::Interval)>) {
+    match tree {
+        Some((tree, every)) => {
+            every.tick().await;
+            tree.refresh();
+        }
+        None => std::future::pending().await,
     }
 }
 

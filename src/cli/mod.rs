@@ -347,9 +347,11 @@ pub enum SubcommandArg {
     /// REDLOCK_HOLDER, ...) and leaves a holder in the background that renews the lease while
     /// the script lives, stops the script's process group as a run stops its command (lost lock,
     /// --max-runtime, a signal to the holder) and releases the lock within 100 ms of the
-    /// script's exit. On failure it prints only `(exit N)`, so that eval fails with a run's
-    /// status. The script must lead its process group (setsid -w ./script). A run's options
-    /// apply, but --idempotency-key, --metrics-file, --no-new-privs and --busy-exit-code 0.
+    /// script's exit. A script that does not lead its process group (a CI step, sh -c) is
+    /// stopped as itself and its descendants instead; setsid -w ./script gives the group
+    /// guarantee. On failure it prints only `(exit N)`, so that eval fails with a run's status.
+    /// A run's options apply, but --idempotency-key, --metrics-file, --no-new-privs and
+    /// --busy-exit-code 0.
     Lock(Deferred<Box<LockArgs>>),
     /// Release the lock taken by `lock` in this script
     ///

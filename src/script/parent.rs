@@ -6,22 +6,26 @@ use nix::unistd::Pid;
 use crate::child::adopted::{Script, stat};
 use crate::sys;
 
-/// Finds the script: the parent, which must read this process's stdout (a pipe), lead its
-/// process group (which a lost lock stops), and, unless `allow_interactive`, not be a shell
-/// at a terminal's prompt. The error says what is wrong and what to do.
+/// Finds the script: the parent, which must read this process's stdout (a pipe) and, unless
+/// `allow_interactive`, not be a shell at a terminal's prompt. A script that leads its process
+/// group is guarded as a group, as a command is; one that does not (started as a plain child by
+/// a CI runner, by `sh -c`, a subshell) as itself and its descendants. The error says what is
+/// wrong and what to do.
 pub fn identify(allow_interactive: bool) -> Result<Script, String> {
     let pid = reader()?;
     let script = describe(pid);
     let group = nix::unistd::getpgid(Some(pid))
         .map_err(|e| format!("cannot read the process group of the script ({script}): {e}"))?;
-    if group != pid {
-        return Err(format!(
-            "the script ({script}) does not lead its process group, which a lost lock stops: the group is \
-             led by {}, and stopping it would stop more than the script; start the script in a group of \
-             its own: setsid -w ./script (in a crontab, or after sh -c: setsid -w /path/to/script, or exec \
-             /path/to/script); a subshell ( ... ) is a process of its own: take the lock outside it",
+    let tree = group != pid;
+    if tree {
+        // Stopping the group would stop the shell or runner that started the script.
+        tracing::info!(
+            "the script ({script}) does not lead its process group (led by {}): the script and its \
+             descendants are guarded instead of the group (setsid -w gives the group guarantee)",
             describe(group)
-        ));
+        );
+    } else {
+        tracing::debug!("the script ({script}) leads its process group: the group is guarded");
     }
     if !allow_interactive && interactive(pid) {
         return Err(format!(
@@ -42,7 +46,7 @@ pub fn identify(allow_interactive: bool) -> Result<Script, String> {
     if stat(pid).is_none_or(|s| s.start_time != start_time) {
         return Err(gone());
     }
-    Ok(Script::new(pid, pidfd, start_time))
+    Ok(Script::new(pid, pidfd, start_time, tree))
 }
 
 /// The shell that evaluates this process's output: the parent that reads its stdout pipe, or

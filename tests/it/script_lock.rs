@@ -337,17 +337,6 @@ fn lock_refuses_what_it_cannot_guard() {
     );
     assert_eq!((r.code, r.stdout.as_slice()), (64, &b"(exit 64)\n"[..]), "{}", r.stderr);
     assert!(r.stderr.contains("does not read them"), "{}", r.stderr);
-    // A script that shares its parent's process group: stopping the group would stop more.
-    // (`; exit` keeps the outer shell from exec'ing the inner one.)
-    let mut shared =
-        script(&["bash"], &redis, r#"bash -c 'eval "$("$RR" lock --key lock:no)" || exit; echo ran'; exit"#);
-    let r = run(&mut shared, LIMIT);
-    assert_eq!(r.code, 64, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("setsid -w") && !String::from_utf8_lossy(&r.stdout).contains("ran"),
-        "{}",
-        r.stderr
-    );
     // Options that a script cannot honour.
     for flags in [
         &["--idempotency-key", "x"][..],
@@ -649,4 +638,107 @@ fn a_script_lock_carries_its_note() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let status = String::from_utf8_lossy(&r.stdout);
     assert!(status.contains("note \"step 2\")"), "{status}");
+}
+
+/// A step that a CI runner starts as a plain child (`bash step.sh` from a shell that leads the
+/// group, as GitHub Actions' runner does) holds the lock as itself and its descendants: a lost
+/// lock and `--max-runtime` stop the step and its children, never the shell that started it,
+/// which goes on.
+#[test]
+fn a_step_that_does_not_lead_its_group_is_stopped_alone() {
+    let redis = RedisServer::start();
+    stop_a_step(&redis, "lost", "--ttl 2s", 143);
+    stop_a_step(&redis, "max-runtime", "--ttl 20s --max-runtime 1s", 143);
+}
+
+/// The same through the holder's guardian: when the holder is killed (and the lock released
+/// at once), and when it is stopped and cannot stop the step by the lease deadline.
+#[test]
+fn the_guardian_stops_a_step_that_does_not_lead_its_group() {
+    let redis = RedisServer::start();
+    stop_a_step(&redis, "killed", "--ttl 20s", 137);
+    stop_a_step(&redis, "stopped", "--ttl 2s", 137);
+}
+
+/// `bash step.sh; echo "after $?"` where step.sh takes the lock with `flags`, starts a
+/// background and a foreground child, and is stopped `how`: the step and both children are
+/// gone, and the outer shell printed `after STATUS`.
+fn stop_a_step(redis: &RedisServer, how: &str, flags: &str, status: i32) {
+    let dir = tmp();
+    let (step, held) = (file(&dir, "step.sh"), file(&dir, "held"));
+    let key = format!("lock:step-{how}");
+    let body = format!(
+        r#"eval "$("$RR" lock --key {key} {flags} -v)" || exit
+        sleep 100 &
+        echo "$$ ${{REDLOCK_HOLDER#*.}}" > "$HELD"
+        sleep 100"#
+    );
+    std::fs::write(&step, body).unwrap();
+    let mut s = script(&["bash"], redis, r#"bash "$STEP"; echo "after $?""#)
+        .env("STEP", &step)
+        .env("HELD", &held)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .start();
+    let text = read_when_present(&held, Duration::from_secs(10));
+    let pids: Vec<i32> = text
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let (step_pid, holder) = (pids[0], Pid::from_raw(pids[1]));
+    assert!(wait_until(Duration::from_secs(10), || children_of(step_pid).len() >= 2), "{how}");
+    let mut stopped = children_of(step_pid);
+    stopped.push(step_pid);
+    let status_line =
+        run(wrapper().args(["status", "--json", "--redis-url", &redis.url(), "--key", &key]), LIMIT);
+    let json = String::from_utf8_lossy(&status_line.stdout);
+    assert!(json.contains(&format!("\"pid\":{step_pid}")), "{how}: held for the step: {json}");
+    match how {
+        "lost" => {
+            assert!(wait_until(Duration::from_secs(10), || redis.tracking_items() > 0), "the watch began");
+            let _: () = redis.cmd(&[b"SET", key.as_bytes(), b"the-next-holder", b"PX", b"60000"]);
+        }
+        "killed" => kill(holder, Signal::SIGKILL).unwrap(),
+        "stopped" => kill(holder, Signal::SIGSTOP).unwrap(),
+        _ => {}
+    }
+    if how == "stopped" {
+        // The stopped holder keeps the step's stderr open: continued once its guardian acted.
+        assert!(wait_until(LIMIT, || !process_alive(step_pid)), "the guardian stopped the step");
+        kill(holder, Signal::SIGCONT).unwrap();
+    }
+    let out = wait_output(&mut s, LIMIT);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let after = format!("after {status}\n");
+    assert_eq!((out.status.code(), stdout.as_ref()), (Some(0), after.as_str()), "{how}: {stderr}");
+    assert!(stderr.contains("does not lead its process group"), "{how}: {stderr}");
+    for pid in stopped {
+        assert!(wait_until(AT_ONCE, || !process_alive(pid)), "{how}: {pid} of the step was stopped");
+    }
+    if how == "killed" {
+        assert!(wait_until(AT_ONCE, || !redis.exists(key.as_bytes())), "released at once: {stderr}");
+    }
+}
+
+/// A step that ends leaves none of the descendants its holder saw running: they get SIGTERM,
+/// as the rest of a command's group does, and the lock goes back.
+#[test]
+fn a_step_that_ends_takes_its_known_children_with_it() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (step, held) = (file(&dir, "step.sh"), file(&dir, "held"));
+    let body = r#"eval "$("$RR" lock --key lock:ends-step --ttl 20s)" || exit
+        sleep 100 &
+        echo "$!" > "$HELD"
+        sleep 0.7"#;
+    std::fs::write(&step, body).unwrap();
+    let r = run(
+        script(&["bash"], &redis, r#"bash "$STEP"; echo "after $?""#).env("STEP", &step).env("HELD", &held),
+        LIMIT,
+    );
+    assert_eq!((r.code, String::from_utf8_lossy(&r.stdout).as_ref()), (0, "after 0\n"), "{}", r.stderr);
+    let child: i32 = std::fs::read_to_string(&held).unwrap().trim().parse().unwrap();
+    assert!(wait_until(AT_ONCE, || !process_alive(child)), "the step's background job was stopped");
+    assert!(wait_until(AT_ONCE, || !redis.exists(b"lock:ends-step")), "released");
 }

@@ -19,6 +19,8 @@
 //! reaped as the wrapper exits (`reap_guardians`).
 
 mod process;
+mod procfs;
+mod tree;
 
 use std::io;
 use std::os::fd::{BorrowedFd, FromRawFd};
@@ -67,6 +69,11 @@ struct Starting {
     exec: Box<GuardianExec>,
 }
 
+/// How long the members of the command's group may take to die after SIGKILL before the
+/// guardian gives up confirming it (a member in uninterruptible sleep), and how often it looks.
+pub(super) const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
+pub(super) const CONFIRM_EVERY_NS: i64 = 1_000_000;
+
 /// What the guardian is told, one byte each; `GUARD` is followed by the command's pid (4 bytes,
 /// native order) in the same write, made by the command's process before its exec; `KILL_BY`
 /// and `ACQUIRED` by an instant (8 bytes, nanoseconds of `CLOCK_MONOTONIC`, native order).
@@ -80,6 +87,12 @@ pub(super) const NO_LOCK: u8 = b'n';
 pub(super) const WATCH: u8 = b's';
 pub(super) const UNWATCH: u8 = b'r';
 pub(in crate::sys) const GUARD: u8 = b'p';
+/// Guard a script that does not lead its process group as itself and its descendants: its pid
+/// (4 bytes) and start time (8 bytes, clock ticks since boot as /proc/PID/stat says), native
+/// order.
+pub(super) const TREE: u8 = b't';
+/// One of that script's descendants, as `TREE` says the script.
+pub(super) const KNOWN: u8 = b'd';
 /// What an exec'd guardian says once it runs.
 pub(super) const RUNS: u8 = b'g';
 
@@ -223,6 +236,25 @@ impl Guardian {
     pub fn guard(&self, pid: Pid) {
         let mut message = [GUARD; 5];
         message[1..].copy_from_slice(&pid.as_raw().to_ne_bytes());
+        let _ = nix::unistd::write(&self.socket, &message);
+    }
+
+    /// Guard the script `pid` (started at `start`, /proc's clock ticks) and its descendants,
+    /// not its process group: it does not lead one.
+    pub fn guard_tree(&self, pid: Pid, start: u64) {
+        self.tell_process(TREE, pid, start);
+    }
+
+    /// A descendant of the script [`Guardian::guard_tree`] named, found by the wrapper: the
+    /// guardian kills it too, even once it has left the script's tree (reparented away).
+    pub fn known(&self, pid: Pid, start: u64) {
+        self.tell_process(KNOWN, pid, start);
+    }
+
+    fn tell_process(&self, what: u8, pid: Pid, start: u64) {
+        let mut message = [what; 13];
+        message[1..5].copy_from_slice(&pid.as_raw().to_ne_bytes());
+        message[5..].copy_from_slice(&start.to_ne_bytes());
         let _ = nix::unistd::write(&self.socket, &message);
     }
 

@@ -2,7 +2,12 @@
 
 use nix::libc;
 
-use super::{ACQUIRED, GUARD, KILL_BY, NO_LOCK, RUNS, UNWATCH, Verdict, WATCH};
+use super::procfs::{each_process, parse_pid, proc_is_ours, read_small, stat_path};
+use super::tree::Tree;
+use super::{
+    ACQUIRED, CONFIRM_EVERY_NS, CONFIRM_WITHIN_NS, GUARD, KILL_BY, KNOWN, NO_LOCK, RUNS, TREE, UNWATCH,
+    Verdict, WATCH,
+};
 use crate::exit::status;
 
 /// How often a watching guardian looks at the command.
@@ -26,27 +31,6 @@ const GUARDIAN_IGNORES: [i32; 11] = [
     nix::libc::SIGTTOU,
 ];
 
-/// `/proc/PID/stat`, NUL-terminated, written without allocating (in the guardian).
-fn stat_path(pid: i32) -> [u8; 32] {
-    let mut path = [0u8; 32];
-    path[..6].copy_from_slice(b"/proc/");
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (pid.unsigned_abs(), 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for i in 0..len {
-        path[6 + i] = digits[len - 1 - i];
-    }
-    path[6 + len..6 + len + 5].copy_from_slice(b"/stat");
-    path
-}
-
 /// The descriptors a guardian starts with (-1: none): its socket, a copy of the wrapper's
 /// stderr, the ticket its releaser needs.
 pub(in crate::sys) struct Fds {
@@ -54,11 +38,6 @@ pub(in crate::sys) struct Fds {
     pub stderr: i32,
     pub ticket: i32,
 }
-
-/// How long the members of the command's group may take to die after SIGKILL before the
-/// guardian gives up confirming it (a member in uninterruptible sleep), and how often it looks.
-const CONFIRM_WITHIN_NS: i64 = 1_000_000_000;
-const CONFIRM_EVERY_NS: i64 = 1_000_000;
 
 /// The guardian's whole life, reading its socket, until `_exit` or the releaser's exec;
 /// `announce`: says that it runs once it is ready (an exec'd guardian; see
@@ -109,6 +88,13 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
         }
         // The command, once it has said its pid: its process group and its /proc stat file.
         let mut command: Option<(i32, [u8; 32])> = None;
+        // A script that does not lead its process group, guarded as itself and its descendants
+        // (`TREE`), not as a group.
+        let mut tree = Tree::new();
+        let mut is_tree = false;
+        // Never taken for the script's: the guardian and its wrapper (the script's holder, which
+        // the script forked through `lock`).
+        let spare = [libc::getpid(), wrapper];
         let mut watching = false;
         let mut kill_by = i64::MAX;
         let mut killed = false;
@@ -121,7 +107,11 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
             {
                 // The lease deadline is here and the wrapper has not stopped its command
                 // (stopped itself, say): nothing of it may run once the key can expire.
-                libc::kill(-pid, libc::SIGKILL);
+                if is_tree {
+                    tree.kill(spare);
+                } else {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
                 killed = true;
             }
             let mut wait = if watching { WATCH_EVERY_NS } else { i64::MAX };
@@ -147,7 +137,7 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 }
                 libc::_exit(status::INTERNAL.into());
             }
-            let mut message = [0u8; 9];
+            let mut message = [0u8; 13];
             match libc::read(0, message.as_mut_ptr().cast(), 1) {
                 1 if message[0] == WATCH => watching = true,
                 1 if message[0] == UNWATCH => watching = false,
@@ -165,12 +155,28 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                     let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
                     command = Some((pid, stat_path(pid)));
                 }
+                1 if message[0] == TREE || message[0] == KNOWN => {
+                    if libc::read(0, message[1..].as_mut_ptr().cast(), 12) != 12 {
+                        libc::_exit(status::INTERNAL.into());
+                    }
+                    let pid = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
+                    let mut start = [0u8; 8];
+                    start.copy_from_slice(&message[5..]);
+                    let start = u64::from_ne_bytes(start);
+                    if message[0] == TREE {
+                        command = Some((pid, stat_path(pid)));
+                        is_tree = true;
+                        tree.root(pid, start);
+                    } else {
+                        tree.add(pid, start);
+                    }
+                }
                 1 if message[0] == KILL_BY || message[0] == ACQUIRED => {
                     if libc::read(0, message[1..].as_mut_ptr().cast(), 8) != 8 {
                         libc::_exit(status::INTERNAL.into());
                     }
                     let mut at = [0u8; 8];
-                    at.copy_from_slice(&message[1..]);
+                    at.copy_from_slice(&message[1..9]);
                     let at = i64::from_ne_bytes(at);
                     if message[0] == KILL_BY { kill_by = at } else { acquired = at }
                 }
@@ -178,7 +184,10 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
                 n if n == 0 || *libc::__errno_location() == libc::ECONNRESET => {
                     // EOF without goodbye (a reset, if it left the guardian's news unread):
                     // the wrapper died.
-                    wrapper_died(command.map(|(pid, _)| pid), wrapper, acquired, ticket, stderr);
+                    let command = command.map(|(pid, _)| {
+                        if is_tree { Guarded::Tree(&mut tree, spare) } else { Guarded::Group(pid) }
+                    });
+                    wrapper_died(command, wrapper, acquired, ticket, stderr);
                 }
                 _ if *libc::__errno_location() == libc::EINTR => {}
                 _ => libc::_exit(status::INTERNAL.into()),
@@ -187,18 +196,36 @@ pub(in crate::sys) unsafe fn guard(fds: Fds, wrapper: i32, open_max: i32, announ
     }
 }
 
+/// What the guardian kills if its wrapper dies.
+enum Guarded<'a> {
+    /// The command's process group.
+    Group(i32),
+    /// A script's tree, and the processes never to take for its members.
+    Tree(&'a mut Tree, [i32; 2]),
+}
+
 /// The wrapper died: nothing of its command may live on, and once nothing can, the lock goes
 /// back at once (the releaser, where there is a ticket).
 ///
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
-unsafe fn wrapper_died(command: Option<i32>, wrapper: i32, acquired: i64, ticket: bool, stderr: bool) -> ! {
+unsafe fn wrapper_died(
+    command: Option<Guarded>,
+    wrapper: i32,
+    acquired: i64,
+    ticket: bool,
+    stderr: bool,
+) -> ! {
     // SAFETY: (the whole block) plain system calls on a process group and descriptors of its own.
     unsafe {
         let verdict = match command {
-            Some(pid) => {
+            Some(Guarded::Group(pid)) => {
                 libc::kill(-pid, libc::SIGKILL);
                 group_dead(pid)
+            }
+            Some(Guarded::Tree(tree, spare)) => {
+                tree.kill(spare);
+                tree.dead(spare)
             }
             None => Verdict::NothingRan,
         };
@@ -335,79 +362,23 @@ enum Members {
 /// # Safety
 /// Only plain system calls; in the guardian's own process.
 unsafe fn members(pgid: i32) -> Members {
-    // SAFETY: (the whole block) plain system calls on a directory and buffers of its own;
-    // getdents64 writes at most `buf.len()` bytes of whole records.
-    unsafe {
-        let dir = libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC);
-        if dir < 0 {
-            return Members::Unreadable;
-        }
-        #[repr(C, align(8))]
-        struct Buf([u8; 4096]);
-        let mut buf = Buf([0; 4096]);
-        let mut found = Members::None;
-        loop {
-            let n = libc::syscall(libc::SYS_getdents64, dir, buf.0.as_mut_ptr(), buf.0.len());
-            if n < 0 {
-                found = Members::Unreadable;
-                break;
+    let mut found = Members::None;
+    // SAFETY: plain system calls on paths and process ids of its own.
+    let read = unsafe {
+        each_process(|pid| {
+            let Some((state, group)) = stat_of(&stat_path(pid)) else { return true };
+            if group != pgid || matches!(state, b'Z' | b'X' | b'x') {
+                return true;
             }
-            if n == 0 {
-                break;
+            if libc::kill(pid, 0) != 0 && *libc::__errno_location() == libc::EPERM {
+                found = Members::Unsignalable;
+                return false;
             }
-            let mut at = 0usize;
-            while at < n as usize {
-                // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
-                let record = &buf.0[at..n as usize];
-                let len = u16::from_ne_bytes([record[16], record[17]]) as usize;
-                if len == 0 {
-                    break;
-                }
-                let name = &record[19..len];
-                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                at += len;
-                let Some(pid) = parse_pid(name) else { continue };
-                let Some((state, group)) = stat_of(&stat_path(pid)) else { continue };
-                if group != pgid || matches!(state, b'Z' | b'X' | b'x') {
-                    continue;
-                }
-                if libc::kill(pid, 0) != 0 && *libc::__errno_location() == libc::EPERM {
-                    libc::close(dir);
-                    return Members::Unsignalable;
-                }
-                found = Members::Live;
-            }
-        }
-        libc::close(dir);
-        found
-    }
-}
-
-/// A decimal process id, or `None` for any other name.
-fn parse_pid(name: &[u8]) -> Option<i32> {
-    if name.is_empty() || name.len() > 10 || !name.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = name.iter().fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
-    i32::try_from(n).ok()
-}
-
-/// Reads the start of the file at `path` (NUL-terminated) into `buf`: how many bytes came.
-///
-/// # Safety
-/// Only plain system calls; `path` must be NUL-terminated.
-unsafe fn read_small(path: *const libc::c_char, buf: &mut [u8; 512]) -> Option<usize> {
-    // SAFETY: the caller's NUL-terminated path; the buffer outlives the read.
-    let n = unsafe {
-        let fd = libc::open(path, libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
+            found = Members::Live;
+            true
+        })
     };
-    usize::try_from(n).ok()
+    if read { found } else { Members::Unreadable }
 }
 
 /// The state letter and the process group of the process whose stat file is at `path`.
@@ -429,19 +400,6 @@ fn parse_stat(stat: &[u8]) -> Option<(u8, i32)> {
     let state = *fields.next()?.first()?;
     let _ppid = fields.next()?;
     Some((state, parse_pid(fields.next()?)?))
-}
-
-/// Whether `/proc` is this process's own PID namespace's: `/proc/self/stat` names its pid.
-///
-/// # Safety
-/// Only plain system calls.
-unsafe fn proc_is_ours() -> bool {
-    let mut buf = [0u8; 512];
-    // SAFETY: a NUL-terminated literal.
-    let Some(n) = (unsafe { read_small(c"/proc/self/stat".as_ptr(), &mut buf) }) else { return false };
-    let first = buf[..n].split(|&b| b == b' ').next().unwrap_or_default();
-    // SAFETY: getpid cannot fail.
-    parse_pid(first) == Some(unsafe { libc::getpid() })
 }
 
 /// Whether the command (its /proc stat file at `stat_path`, NUL-terminated) is alive, not
