@@ -56,10 +56,6 @@ pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
 
 async fn run_with_report(config: &Config, report: &mut Report, mut target: Target<'_>) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
-    // Before the first connection: a fleet that sleeps holds none meanwhile.
-    if !config.jitter.is_zero() {
-        spread_start(config.jitter, &mut signals).await?;
-    }
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     let redlock_nodes = nodes.len();
     let idempotency = config.idempotency.as_ref();
@@ -79,6 +75,11 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
             "Redlock over {redlock_nodes} nodes: use an odd number, at least 3, so that a majority survives \
              a failure"
         );
+    }
+    // After what can be refused without Redis (a mistyped URL fails at once, not DUR later), and
+    // before the first connection and the guardian: a fleet that sleeps holds neither.
+    if !config.jitter.is_zero() {
+        spread_start(config.jitter, &mut signals).await?;
     }
     let grant = Handover::grant(config.kill_grace, config.ttl);
     lock.hand_over_for(grant);

@@ -73,3 +73,25 @@ fn a_signal_during_the_sleep_ends_the_run_at_once_with_nothing_taken() {
     assert!(!marker.exists(), "the command never ran");
     assert!(!redis.exists(b"lock:jitter"), "no lock taken");
 }
+
+/// What can be refused without Redis is refused before the sleep, not DUR later: a mistyped
+/// URL in a crontab fails at once.
+#[test]
+fn a_mistyped_url_is_refused_before_the_sleep() {
+    let started = Instant::now();
+    let r = run(
+        wrapper().args([
+            "-k",
+            "lock:jitter",
+            "--jitter",
+            "1000d",
+            "--redis-url",
+            "redis://[bad",
+            "--",
+            "true",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(started.elapsed() < Duration::from_secs(5), "refused after {:?}", started.elapsed());
+}
