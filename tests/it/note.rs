@@ -70,3 +70,27 @@ fn a_note_that_does_not_fit_on_one_short_line_is_a_usage_error() {
     }
     assert!(!redis.exists(b"lock:note:no"));
 }
+
+#[test]
+fn what_anyone_wrote_into_a_value_is_shown_escaped() {
+    let redis = RedisServer::start();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let value = format!("0123456789abcdef\u{1b}[2J~n \u{1b}]0;pwned\u{7}\u{202e} 1 {now}");
+    redis.cmd::<()>(&[b"SET", b"lock:note:kh", value.as_bytes(), b"PX", b"60000"]);
+    let operator = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(args).args(["--redis-url", &redis.url(), "--key", "lock:note:kh"]);
+        run(&mut cmd, LIMIT)
+    };
+    let busy = run(redlock(&redis).args(["-k", "lock:note:kh", "--", "true"]), LIMIT);
+    for (what, out) in [
+        ("status", operator(&["status"]).stdout),
+        ("busy", busy.stderr.into_bytes()),
+        ("release", operator(&["release", "--force"]).stdout),
+    ] {
+        let out = String::from_utf8_lossy(&out).into_owned();
+        assert!(out.contains("\\u{1b}]0;pwned\\u{7}\\u{202e} (pid 1"), "{what}: {out:?}");
+        assert!(!out.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{what}: {out:?}");
+    }
+    assert!(!redis.exists(b"lock:note:kh"), "released");
+}
