@@ -165,7 +165,7 @@ impl Holder {
 
 /// A character that a line of text must not carry as it is: a control character, or one that
 /// is not seen but changes how what is around it shows (zero-width, bidirectional controls).
-fn unseen(c: char) -> bool {
+pub fn unseen(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

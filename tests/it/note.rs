@@ -57,12 +57,24 @@ fn a_note_that_does_not_fit_on_one_short_line_is_a_usage_error() {
     let empty =
         run(redlock(&redis).env("REDLOCK_NOTE", "").args(["-k", "lock:note:ok", "--", "true"]), LIMIT);
     assert_eq!(empty.code, 0, "empty is none: {}", empty.stderr);
+    // Blank is none too, and a note is stored without the whitespace around it.
+    let dir = tmp();
+    for (i, (given, stored)) in [(" \t ", " "), ("  pod 7 ", "~pod%207 ")].into_iter().enumerate() {
+        let go = file(&dir, &format!("go-{i}"));
+        let mut holder = hold_until(&redis, ["-k", "lock:note:blank", "--note", given], &go);
+        assert!(wait_until(LIMIT, || redis.exists(b"lock:note:blank")));
+        let value = String::from_utf8(redis.get(b"lock:note:blank").unwrap()).unwrap();
+        assert_eq!(value.find(['~', ' ']).map(|at| &value[at..at + stored.len()]), Some(stored), "{value}");
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_bounded(&mut holder, LIMIT).success());
+    }
 
     let long = format!("{at_most}é");
     let too_long = run(redlock(&redis).args(["-k", "lock:note:no", "--note", &long, "--", "true"]), LIMIT);
     assert_eq!(too_long.code, 64, "{}", too_long.stderr);
     assert!(too_long.stderr.contains("--note is 202 bytes long, more than the 200"), "{}", too_long.stderr);
-    for bad in ["two\nlines", "a\ttab", "\u{1b}[31mred"] {
+    for bad in ["two\nlines", "a\ttab", "\u{1b}[31mred", "a\u{202e}evil", "zero\u{200b}width", "\u{feff}bom"]
+    {
         let refused =
             run(redlock(&redis).env("REDLOCK_NOTE", bad).args(["-k", "lock:note:no", "--", "true"]), LIMIT);
         assert_eq!(refused.code, 64, "{bad:?}: {}", refused.stderr);
