@@ -1,5 +1,5 @@
 //! Where a waiting run stands, as apt shows its wait for the dpkg lock: on a terminal, one
-//! status line on stderr, redrawn in place (the key, who holds it, for how long, this run's
+//! status line on stderr, redrawn in place (the key, who holds it, when its run started, this run's
 //! place in the queue, the time waited and what is left of `--wait`) and erased when the wait
 //! ends; elsewhere (cron, CI logs) no such line, but at `-v` one log line each time the holder
 //! changes. What the line says comes from the attempts' answers, which the shell hands over;
@@ -177,7 +177,8 @@ impl Progress {
                 let who = match holder {
                     Some(h) => {
                         let age = Duration::from_millis(now_ms.saturating_sub(h.since_ms));
-                        format!("{} for {}", h.who(), whole(age))
+                        // The value's time is its run's start, wait included, not when it took the lock.
+                        format!("{}, its run started {} ago", h.who(), whole(age))
                     }
                     None => "another client".to_owned(),
                 };
@@ -236,7 +237,7 @@ mod tests {
         assert_eq!(
             text,
             "redlock-run: waiting for \"lock:b\": waited 41s, 9m 19s left, place 2 in the queue; held by \
-             web-1 (pid 4711, note \"ci 7\") for 3m 12s"
+             web-1 (pid 4711, note \"ci 7\"), its run started 3m 12s ago"
         );
         let cut = p.text(now, 1764460800000, 40);
         assert_eq!(cut.chars().count(), 39, "{cut}");

@@ -334,7 +334,8 @@ pub enum OnLostArg {
 pub enum SubcommandArg {
     /// Show who holds the lock; exit 0 when held, 1 when free
     ///
-    /// Also since when, the TTL left, the fence and the idempotency records.
+    /// Also when the holder's run started (its wait included), the TTL left, the fence and the
+    /// idempotency records.
     Status(Deferred<StatusArgs>),
     /// Delete a stuck lock (operator override)
     ///

@@ -150,9 +150,10 @@ impl Holder {
         shown(self.token_prefix())
     }
 
-    /// "host (pid 123) since 2026-11-30T01:02:03Z", with the note as [`Holder::who`] has it.
+    /// "host (pid 123), run started 2026-11-30T01:02:03Z", with the note as [`Holder::who`]
+    /// has it. The time is the run's start (its wait included), not when it took the lock.
     pub fn describe(&self) -> String {
-        format!("{} since {}", self.who(), rfc3339_ms(self.since_ms))
+        format!("{}, run started {}", self.who(), rfc3339_ms(self.since_ms))
     }
 
     /// "host (pid 123)", or with a note, "host (pid 123, note "…")": every stored word in it
@@ -272,7 +273,7 @@ mod tests {
     fn values_round_trip() {
         let h = Holder::parse(b"0123456789abcdef0123456789abcdef web-1 4711 1764460800000").unwrap();
         assert_eq!((h.host.as_str(), h.pid, h.token_prefix()), ("web-1", 4711, "01234567"));
-        assert_eq!(h.describe(), "web-1 (pid 4711) since 2025-11-30T00:00:00Z");
+        assert_eq!(h.describe(), "web-1 (pid 4711), run started 2025-11-30T00:00:00Z");
         assert_eq!(h.kind, Kind::Exclusive);
         assert_eq!(Holder::parse(b"someone else's value"), None);
         let shared = Holder::parse(b"0123456789abcdef web-1 4711 1764460800000 shared").unwrap();
@@ -295,7 +296,7 @@ mod tests {
             (h.token.as_str(), h.note.as_deref()),
             ("0123456789abcdef0123456789abcdef", Some("ci job%"))
         );
-        assert_eq!(h.describe(), "web-1 (pid 4711, note \"ci job%\") since 2025-11-30T00:00:00Z");
+        assert_eq!(h.describe(), "web-1 (pid 4711, note \"ci job%\"), run started 2025-11-30T00:00:00Z");
         for kind in [Kind::Exclusive, Kind::Shared, Kind::Limit(3)] {
             let plain = Holder::this_process(kind, None).unwrap();
             let noted = Holder { note: Some("a b".repeat(NOTE_MAX / 3)), ..plain.clone() };
@@ -317,7 +318,7 @@ mod tests {
         let text = format!("{} {}", h.describe(), h.token_shown());
         assert_eq!(
             text,
-            "\\u{1b}]0;pwned\\u{7}\\u{202e} (pid 1, note \"n \\u{202e}\") since \
+            "\\u{1b}]0;pwned\\u{7}\\u{202e} (pid 1, note \"n \\u{202e}\"), run started \
              2025-11-30T00:00:00Z \\u{1b}]0;t\\u{7}\u{e9}\\u{1b}"
         );
         assert_eq!(h.token_prefix(), "\u{1b}]0;t\u{7}\u{e9}\u{1b}", "eight characters, not bytes");

@@ -54,7 +54,7 @@ fn a_waiting_run_on_a_terminal_shows_where_it_stands_then_erases_it() {
     assert!(wait_until(LIMIT, || lock(&seen).contains("waited 1s")), "{:?}", lock(&seen));
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let line = lock(&seen).rsplit(ERASE).find(|l| !l.is_empty()).unwrap().to_owned();
-    let held_by = format!("held by {host} (pid {}, note \"pod 7\") for ", holder.id());
+    let held_by = format!("held by {host} (pid {}, note \"pod 7\"), its run started ", holder.id());
     assert!(
         line.starts_with(
             "redlock-run: waiting for \"lock:line\": waited 1s, 19s left, place 2 in the queue; "
