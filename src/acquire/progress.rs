@@ -193,12 +193,27 @@ impl Progress {
         // What changes least and is longest (the holder) last: a narrow terminal cuts it first.
         let name = show_key(self.keys.get(key).map_or(&[][..], Vec::as_slice));
         let text = format!("redlock-run: waiting for {name}: {text}; {state}");
-        let fit = columns.saturating_sub(1).max(1);
-        match (text.char_indices().nth(fit), text.char_indices().nth(fit - 1)) {
-            (Some(_), Some((cut, _))) => format!("{}…", &text[..cut]),
-            _ => text,
-        }
+        cut(text, columns.saturating_sub(1).max(1))
     }
+}
+
+/// `text` cut to at most `fit` columns, `…` last when cut. Without a table of widths every
+/// character other than ASCII counts as two columns (as wide as CJK or an emoji gets): the line
+/// may be cut a little early, never wrap.
+fn cut(text: String, fit: usize) -> String {
+    let width = |c: char| if c.is_ascii() { 1 } else { 2 };
+    if text.chars().map(width).sum::<usize>() <= fit {
+        return text;
+    }
+    let mut used = width('…');
+    let end = text
+        .char_indices()
+        .find(|&(_, c)| {
+            used += width(c);
+            used > fit
+        })
+        .map_or(text.len(), |(at, _)| at);
+    format!("{}…", &text[..end])
 }
 
 fn unix_ms() -> u64 {
@@ -240,8 +255,19 @@ mod tests {
              web-1 (pid 4711, note \"ci 7\"), its run started 3m 12s ago"
         );
         let cut = p.text(now, 1764460800000, 40);
-        assert_eq!(cut.chars().count(), 39, "{cut}");
+        assert_eq!(cut.chars().count(), 38, "39 columns, the … counted as two: {cut}");
         assert!(cut.ends_with('…') && text.starts_with(cut.trim_end_matches('…')), "{cut}");
+
+        // Wide characters take two columns each: cut by what the line takes, not its length.
+        let wide = Holder::parse("0123~日本語のノート日本語のノート日本語のノート w 1 0".as_bytes());
+        let found = Found::Taken { key: 0, holder: wide, holding: 1, position: None, queued: false };
+        let (p, started) = progress(None, found);
+        let columns = |t: &str| t.chars().map(|c| if c.is_ascii() { 1 } else { 2 }).sum::<usize>();
+        for width in [60, 80, 120] {
+            let cut = p.text(started, 0, width);
+            assert!(columns(&cut) < width, "{width}: {cut}");
+            assert!(columns(&cut) >= width - 3, "{width}: {cut}");
+        }
 
         let (p, started) = progress(None, Found::Unanswered);
         assert_eq!(
