@@ -36,6 +36,8 @@ pub struct Progress {
     logged: Option<Vec<u8>>,
     /// The text on the screen (empty: none).
     drawn: String,
+    /// Whether the terminal is this run's to draw on now ([`crate::sys::stderr_in_foreground`]).
+    foreground: fn() -> bool,
 }
 
 /// What the last attempt found.
@@ -63,6 +65,7 @@ impl Progress {
             value: None,
             logged: None,
             drawn: String::new(),
+            foreground: crate::sys::stderr_in_foreground,
         }
     }
 
@@ -127,9 +130,14 @@ impl Progress {
     }
 
     /// Draws the line as it stands now, if it changed.
+    /// A run in the background draws nothing, and forgets a line it drew without erasing it:
+    /// what is on the screen by then is another's (the shell's prompt, the job in front).
     pub fn draw(&mut self, now: Instant) {
         if !self.draws() {
             return;
+        }
+        if !(self.foreground)() {
+            return self.forget();
         }
         let columns = crate::sys::stderr_columns().map_or(COLUMNS, usize::from);
         let text = self.text(now, unix_ms(), columns);
@@ -139,10 +147,20 @@ impl Progress {
         }
     }
 
-    /// Erases the line, if drawn; returns once it is gone from the screen.
+    /// Erases the line, if drawn (in the foreground); returns once it is gone from the screen.
     pub fn clear(&mut self) {
+        if !(self.foreground)() {
+            return self.forget();
+        }
         if !self.drawn.is_empty() {
             logging::clear_status();
+            self.drawn.clear();
+        }
+    }
+
+    fn forget(&mut self) {
+        if !self.drawn.is_empty() {
+            logging::forget_status();
             self.drawn.clear();
         }
     }
@@ -237,8 +255,23 @@ mod tests {
             value: None,
             logged: None,
             drawn: String::new(),
+            foreground: || true,
         };
         (p, started)
+    }
+
+    #[test]
+    fn a_run_in_the_background_draws_nothing_and_forgets_what_it_drew() {
+        let (mut p, started) = progress(None, Found::Unanswered);
+        p.foreground = || false;
+        p.draw(started);
+        assert_eq!(p.drawn, "", "drawn in the background");
+        p.drawn = "drawn in the foreground".to_owned();
+        p.draw(started);
+        assert_eq!(p.drawn, "", "still taken for on the screen");
+        p.foreground = || true;
+        p.draw(started);
+        assert!(p.drawn.contains("Redis does not answer"), "not drawn in the foreground: {}", p.drawn);
     }
 
     #[test]
