@@ -131,6 +131,11 @@ pub fn forget_status() {
     end_status(false);
 }
 
+/// Whether a status line is shown (drawn and not erased or forgotten since).
+pub fn status_shown() -> bool {
+    STATUS_SHOWN.load(Ordering::Relaxed)
+}
+
 fn end_status(erase: bool) {
     if !STATUS_SHOWN.swap(false, Ordering::Relaxed) {
         return;

@@ -129,7 +129,7 @@ impl Progress {
         }
     }
 
-    /// Draws the line as it stands now, if it changed.
+    /// Draws the line as it stands now, if it changed or was erased (before a stop, Ctrl-Z).
     /// A run in the background draws nothing, and forgets a line it drew without erasing it:
     /// what is on the screen by then is another's (the shell's prompt, the job in front).
     pub fn draw(&mut self, now: Instant) {
@@ -141,7 +141,7 @@ impl Progress {
         }
         let columns = crate::sys::stderr_columns().map_or(COLUMNS, usize::from);
         let text = self.text(now, unix_ms(), columns);
-        if text != self.drawn {
+        if text != self.drawn || !logging::status_shown() {
             logging::show_status(&text);
             self.drawn = text;
         }
@@ -232,6 +232,13 @@ fn cut(text: String, fit: usize) -> String {
         })
         .map_or(text.len(), |(at, _)| at);
     format!("{}…", &text[..end])
+}
+
+/// Before the run stops itself (Ctrl-Z): the line goes from the screen, erased in the
+/// foreground and forgotten in the background as [`Progress::clear`] has it; the next redraw
+/// after SIGCONT draws it again.
+pub fn before_stop() {
+    if crate::sys::stderr_in_foreground() { logging::clear_status() } else { logging::forget_status() }
 }
 
 fn unix_ms() -> u64 {
