@@ -61,8 +61,9 @@ pub fn init(output: Output) -> Flusher {
 
 enum Msg {
     Line(Vec<u8>),
-    /// The status line from now on (`None`: none), and whom to tell once it is written.
-    Status(Option<Vec<u8>>, Option<SyncSender<()>>),
+    /// The status line from now on (`None`: none), whether the one before is erased first (not
+    /// when it is no longer this run's to erase), and whom to tell once it is written.
+    Status(Option<Vec<u8>>, bool, Option<SyncSender<()>>),
     Flush(SyncSender<()>),
 }
 
@@ -83,8 +84,8 @@ fn write_lines(rx: Receiver<Msg>) {
                     None => io::stderr().write_all(&line),
                 };
             }
-            Msg::Status(next, done) => {
-                if next.is_some() || status.is_some() {
+            Msg::Status(next, erase, done) => {
+                if next.is_some() || (erase && status.is_some()) {
                     let _ = io::stderr().write_all(&[ERASE, next.as_deref().unwrap_or_default()].concat());
                 }
                 status = next;
@@ -114,19 +115,34 @@ static STATUS_SHOWN: AtomicBool = AtomicBool::new(false);
 pub fn show_status(text: &str) {
     let Some(Sink::Thread(tx)) = WRITER.get().map(Queue::sink) else { return };
     STATUS_SHOWN.store(true, Ordering::Relaxed);
-    let _ = tx.try_send(Msg::Status(Some(text.as_bytes().to_vec()), None));
+    let _ = tx.try_send(Msg::Status(Some(text.as_bytes().to_vec()), true, None));
 }
 
 /// Erases the status line, if one is shown, and returns once it is erased (bounded by
 /// [`FLUSH_LIMIT`]): what comes next on stderr, a line or the command's output, starts on a
 /// clean line.
 pub fn clear_status() {
+    end_status(true);
+}
+
+/// Forgets the status line without erasing it (the terminal is no longer this run's to write
+/// on: it went to the background): nothing is drawn again below later lines.
+pub fn forget_status() {
+    end_status(false);
+}
+
+/// Whether a status line is shown (drawn and not erased or forgotten since).
+pub fn status_shown() -> bool {
+    STATUS_SHOWN.load(Ordering::Relaxed)
+}
+
+fn end_status(erase: bool) {
     if !STATUS_SHOWN.swap(false, Ordering::Relaxed) {
         return;
     }
     let Some(Sink::Thread(tx)) = WRITER.get().map(Queue::sink) else { return };
     let (done_tx, done) = mpsc::sync_channel(1);
-    send_and_wait(&tx, Msg::Status(None, Some(done_tx)), done);
+    send_and_wait(&tx, Msg::Status(None, erase, Some(done_tx)), done);
 }
 
 /// Queues `msg` (waiting for room, bounded) and waits until the writer says it is done with it.

@@ -266,7 +266,7 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
                         "  {}. {}, token {}…, {} left, fence {fence}\n",
                         i + 1,
                         h.describe(),
-                        h.token_prefix(),
+                        h.token_shown(),
                         humane(*left)
                     ));
                 }
@@ -276,7 +276,7 @@ fn describe(key: &[u8], snap: &admin::Snapshot, json: bool) -> (String, serde_js
             }
             (Some(h), true) => {
                 t.push_str(&format!("lock {name}: held by {}\n", h.describe()));
-                t.push_str(&format!("  token:  {}… (prefix)\n", h.token_prefix()));
+                t.push_str(&format!("  token:  {}… (prefix)\n", h.token_shown()));
             }
             (None, true) if snap.kind == "string" => {
                 t.push_str(&format!("lock {name}: held, but not by redlock-run (foreign value)\n"))

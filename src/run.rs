@@ -260,7 +260,7 @@ async fn spread_start(spread: Duration, signals: &mut Signals) -> Result<(), Err
     );
     tokio::select! {
         () = tokio::time::sleep(delay) => Ok(()),
-        sig = signals.recv_before_start() => Err(Error::interrupted(sig)),
+        sig = signals.recv_before_start(logging::clear_status) => Err(Error::interrupted(sig)),
     }
 }
 

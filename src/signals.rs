@@ -87,12 +87,14 @@ impl Signals {
 
     /// The next signal that ends a run before its command has started: those whose default
     /// action would have ended the wrapper. WINCH, TTIN and TTOU are ignored; TSTP suspends the
-    /// wrapper (nothing runs under it yet) until it is continued.
-    pub async fn recv_before_start(&mut self) -> Signal {
+    /// wrapper (nothing runs under it yet) until it is continued, `before_stop` called first (to
+    /// erase what the wait shows on the terminal).
+    pub async fn recv_before_start(&mut self, before_stop: fn()) -> Signal {
         loop {
             match self.recv().await {
                 Signal::SIGWINCH | Signal::SIGTTIN | Signal::SIGTTOU | Signal::SIGCONT => {}
                 Signal::SIGTSTP => {
+                    before_stop();
                     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
                 }
                 sig => return sig,

@@ -101,7 +101,7 @@ impl Acquirer<'_> {
         match action {
             Action::Subscribe => Some(tokio::select! {
                 r = lock.watch_releases() => Input::Subscribed(r.map(|wakeups| *releases = Some(wakeups))),
-                sig = signals.recv_before_start() => Input::Signal(sig),
+                sig = signals.recv_before_start(progress::before_stop) => Input::Signal(sig),
             }),
             Action::Unsubscribe => {
                 *releases = None;
@@ -112,7 +112,7 @@ impl Acquirer<'_> {
                     progress.observe(&r);
                     Input::Answer(r.map(mark_ended))
                 }
-                sig = signals.recv_before_start() => Input::Signal(sig),
+                sig = signals.recv_before_start(progress::before_stop) => Input::Signal(sig),
             }),
             Action::CheckNested { waiter } => {
                 let waits = match &config.outer {
@@ -138,7 +138,7 @@ impl Acquirer<'_> {
                                 since_last_attempt: lock.handed_over_since_last_attempt(fence),
                             },
                         },
-                        sig = signals.recv_before_start() => Input::Signal(sig),
+                        sig = signals.recv_before_start(progress::before_stop) => Input::Signal(sig),
                         () = lock.master_changed(), if wakeups => Input::MasterChanged,
                     }
                 };

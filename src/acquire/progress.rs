@@ -1,5 +1,5 @@
 //! Where a waiting run stands, as apt shows its wait for the dpkg lock: on a terminal, one
-//! status line on stderr, redrawn in place (the key, who holds it, for how long, this run's
+//! status line on stderr, redrawn in place (the key, who holds it, when its run started, this run's
 //! place in the queue, the time waited and what is left of `--wait`) and erased when the wait
 //! ends; elsewhere (cron, CI logs) no such line, but at `-v` one log line each time the holder
 //! changes. What the line says comes from the attempts' answers, which the shell hands over;
@@ -36,6 +36,8 @@ pub struct Progress {
     logged: Option<Vec<u8>>,
     /// The text on the screen (empty: none).
     drawn: String,
+    /// Whether the terminal is this run's to draw on now ([`crate::sys::stderr_in_foreground`]).
+    foreground: fn() -> bool,
 }
 
 /// What the last attempt found.
@@ -63,6 +65,7 @@ impl Progress {
             value: None,
             logged: None,
             drawn: String::new(),
+            foreground: crate::sys::stderr_in_foreground,
         }
     }
 
@@ -126,23 +129,38 @@ impl Progress {
         }
     }
 
-    /// Draws the line as it stands now, if it changed.
+    /// Draws the line as it stands now, if it changed or was erased (before a stop, Ctrl-Z).
+    /// A run in the background draws nothing, and forgets a line it drew without erasing it:
+    /// what is on the screen by then is another's (the shell's prompt, the job in front).
     pub fn draw(&mut self, now: Instant) {
         if !self.draws() {
             return;
         }
+        if !(self.foreground)() {
+            return self.forget();
+        }
         let columns = crate::sys::stderr_columns().map_or(COLUMNS, usize::from);
         let text = self.text(now, unix_ms(), columns);
-        if text != self.drawn {
+        if text != self.drawn || !logging::status_shown() {
             logging::show_status(&text);
             self.drawn = text;
         }
     }
 
-    /// Erases the line, if drawn; returns once it is gone from the screen.
+    /// Erases the line, if drawn (in the foreground); returns once it is gone from the screen.
     pub fn clear(&mut self) {
+        if !(self.foreground)() {
+            return self.forget();
+        }
         if !self.drawn.is_empty() {
             logging::clear_status();
+            self.drawn.clear();
+        }
+    }
+
+    fn forget(&mut self) {
+        if !self.drawn.is_empty() {
+            logging::forget_status();
             self.drawn.clear();
         }
     }
@@ -177,7 +195,8 @@ impl Progress {
                 let who = match holder {
                     Some(h) => {
                         let age = Duration::from_millis(now_ms.saturating_sub(h.since_ms));
-                        format!("{} for {}", h.who(), whole(age))
+                        // The value's time is its run's start, wait included, not when it took the lock.
+                        format!("{}, its run started {} ago", h.who(), whole(age))
                     }
                     None => "another client".to_owned(),
                 };
@@ -192,12 +211,34 @@ impl Progress {
         // What changes least and is longest (the holder) last: a narrow terminal cuts it first.
         let name = show_key(self.keys.get(key).map_or(&[][..], Vec::as_slice));
         let text = format!("redlock-run: waiting for {name}: {text}; {state}");
-        let fit = columns.saturating_sub(1).max(1);
-        match (text.char_indices().nth(fit), text.char_indices().nth(fit - 1)) {
-            (Some(_), Some((cut, _))) => format!("{}…", &text[..cut]),
-            _ => text,
-        }
+        cut(text, columns.saturating_sub(1).max(1))
     }
+}
+
+/// `text` cut to at most `fit` columns, `…` last when cut. Without a table of widths every
+/// character other than ASCII counts as two columns (as wide as CJK or an emoji gets): the line
+/// may be cut a little early, never wrap.
+fn cut(text: String, fit: usize) -> String {
+    let width = |c: char| if c.is_ascii() { 1 } else { 2 };
+    if text.chars().map(width).sum::<usize>() <= fit {
+        return text;
+    }
+    let mut used = width('…');
+    let end = text
+        .char_indices()
+        .find(|&(_, c)| {
+            used += width(c);
+            used > fit
+        })
+        .map_or(text.len(), |(at, _)| at);
+    format!("{}…", &text[..end])
+}
+
+/// Before the run stops itself (Ctrl-Z): the line goes from the screen, erased in the
+/// foreground and forgotten in the background as [`Progress::clear`] has it; the next redraw
+/// after SIGCONT draws it again.
+pub fn before_stop() {
+    if crate::sys::stderr_in_foreground() { logging::clear_status() } else { logging::forget_status() }
 }
 
 fn unix_ms() -> u64 {
@@ -221,8 +262,23 @@ mod tests {
             value: None,
             logged: None,
             drawn: String::new(),
+            foreground: || true,
         };
         (p, started)
+    }
+
+    #[test]
+    fn a_run_in_the_background_draws_nothing_and_forgets_what_it_drew() {
+        let (mut p, started) = progress(None, Found::Unanswered);
+        p.foreground = || false;
+        p.draw(started);
+        assert_eq!(p.drawn, "", "drawn in the background");
+        p.drawn = "drawn in the foreground".to_owned();
+        p.draw(started);
+        assert_eq!(p.drawn, "", "still taken for on the screen");
+        p.foreground = || true;
+        p.draw(started);
+        assert!(p.drawn.contains("Redis does not answer"), "not drawn in the foreground: {}", p.drawn);
     }
 
     #[test]
@@ -236,11 +292,22 @@ mod tests {
         assert_eq!(
             text,
             "redlock-run: waiting for \"lock:b\": waited 41s, 9m 19s left, place 2 in the queue; held by \
-             web-1 (pid 4711, note \"ci 7\") for 3m 12s"
+             web-1 (pid 4711, note \"ci 7\"), its run started 3m 12s ago"
         );
         let cut = p.text(now, 1764460800000, 40);
-        assert_eq!(cut.chars().count(), 39, "{cut}");
+        assert_eq!(cut.chars().count(), 38, "39 columns, the … counted as two: {cut}");
         assert!(cut.ends_with('…') && text.starts_with(cut.trim_end_matches('…')), "{cut}");
+
+        // Wide characters take two columns each: cut by what the line takes, not its length.
+        let wide = Holder::parse("0123~日本語のノート日本語のノート日本語のノート w 1 0".as_bytes());
+        let found = Found::Taken { key: 0, holder: wide, holding: 1, position: None, queued: false };
+        let (p, started) = progress(None, found);
+        let columns = |t: &str| t.chars().map(|c| if c.is_ascii() { 1 } else { 2 }).sum::<usize>();
+        for width in [60, 80, 120] {
+            let cut = p.text(started, 0, width);
+            assert!(columns(&cut) < width, "{width}: {cut}");
+            assert!(columns(&cut) >= width - 3, "{width}: {cut}");
+        }
 
         let (p, started) = progress(None, Found::Unanswered);
         assert_eq!(

@@ -193,8 +193,8 @@ pub struct RunArgs {
     /// A label stored with the holder (a job's URL)
     ///
     /// Shown wherever the holder is named: another run's busy message, status, this run's log
-    /// lines. At most 200 bytes, no control characters. Stored in Redis in plain text, readable by
-    /// anyone who can read the key: never a secret.
+    /// lines. At most 200 bytes, no control or invisible characters; blank is none. Stored in
+    /// Redis in plain text, readable by anyone who can read the key: never a secret.
     #[arg(long, env = "REDLOCK_NOTE", value_name = "TEXT", help_heading = heading::LOCK)]
     pub note: Option<OsString>,
 
@@ -334,7 +334,8 @@ pub enum OnLostArg {
 pub enum SubcommandArg {
     /// Show who holds the lock; exit 0 when held, 1 when free
     ///
-    /// Also since when, the TTL left, the fence and the idempotency records.
+    /// Also when the holder's run started (its wait included), the TTL left, the fence and the
+    /// idempotency records.
     Status(Deferred<StatusArgs>),
     /// Delete a stuck lock (operator override)
     ///

@@ -428,13 +428,18 @@ fn kind(cli: &RunArgs) -> Result<Kind, Error> {
 }
 
 /// `--note`, checked: text that another run's message and `status` can show on one line as it
-/// was given. Empty is none (a CI variable that is not set).
+/// was given, less the whitespace around it. Empty (or blank) is none (a CI variable that is not
+/// set).
 fn note(given: Option<&std::ffi::OsStr>) -> Result<Option<String>, Error> {
-    let Some(given) = given.filter(|n| !n.is_empty()) else { return Ok(None) };
+    let Some(given) = given else { return Ok(None) };
     let flag = named("--note");
     let Some(note) = given.to_str() else {
         return Err(usage(format!("{flag} must be UTF-8 text, not {given:?}")));
     };
+    let note = note.trim();
+    if note.is_empty() {
+        return Ok(None);
+    }
     if note.len() > NOTE_MAX {
         return Err(usage(format!(
             "{flag} is {} bytes long, more than the {NOTE_MAX} a note may have: give a short label (a \
@@ -442,9 +447,12 @@ fn note(given: Option<&std::ffi::OsStr>) -> Result<Option<String>, Error> {
             note.len()
         )));
     }
-    if let Some(c) = note.chars().find(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}')) {
+    // What could not be shown as it is (a line break, an escape, a right-to-left override that
+    // turns the rest of a status line around) is refused rather than stored.
+    if let Some(c) = note.chars().find(|&c| crate::lock::unseen(c)) {
         return Err(usage(format!(
-            "{flag} must be one line of text without control characters, and has {c:?}: {note:?}"
+            "{flag} must be one line of text without control or invisible characters, and has {c:?}: \
+             {note:?}"
         )));
     }
     Ok(Some(note.to_owned()))

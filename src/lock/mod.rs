@@ -40,7 +40,7 @@ pub use lease::{GUARDIAN_KILL_AHEAD, Handover, KILL_AHEAD, Lease, drift};
 pub use releasing::{Recorded, Released};
 use settings::Idempotency;
 pub use taking::Acquired;
-pub use values::{Holder, Kind, NOTE_MAX, Success, hostname, rfc3339_ms};
+pub use values::{Holder, Kind, NOTE_MAX, Success, hostname, rfc3339_ms, unseen};
 pub use waiting::{QUEUE_ENTRY, QUEUE_KEEPALIVE, Wake, Wakeups};
 pub use watch::Notice;
 

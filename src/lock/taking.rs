@@ -376,10 +376,7 @@ async fn acquire_on(node: &mut Conn, ask: &Ask<'_>) -> Result<NodeAcquired, Faul
 /// run's does not go with.
 fn mismatch(keys: &Keys, mine: Kind, theirs: &[u8], held: bool) -> Fault {
     let (kind, who) = match Holder::parse(theirs) {
-        Some(h) => {
-            let note = h.note.as_ref().map(|n| format!(", note {n:?}")).unwrap_or_default();
-            (h.kind, format!("{} (pid {}{note}, token {}…)", h.host, h.pid, h.token_prefix()))
-        }
+        Some(h) => (h.kind, format!("{}, token {}…", h.who(), h.token_shown())),
         None => (Kind::Exclusive, "a value not written by redlock-run".to_owned()),
     };
     let flag = |k: Kind| match k {

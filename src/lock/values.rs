@@ -137,21 +137,60 @@ impl Holder {
         })
     }
 
-    /// A short prefix of the token, safe to show.
+    /// A short prefix of the token, not to be given secret (as it is stored: JSON escapes it,
+    /// text shows it through [`Holder::token_shown`]).
     pub fn token_prefix(&self) -> &str {
-        &self.token[..self.token.len().min(8)]
+        // Eight characters, not bytes: a value anyone wrote may have others than hex digits.
+        let end = self.token.char_indices().nth(8).map_or(self.token.len(), |(at, _)| at);
+        &self.token[..end]
     }
 
-    /// "host (pid 123) since 2026-11-30T01:02:03Z", with the note as [`Holder::who`] has it.
+    /// The token's prefix as text shows it, as [`shown`] writes a stored word.
+    pub fn token_shown(&self) -> String {
+        shown(self.token_prefix())
+    }
+
+    /// "host (pid 123), run started 2026-11-30T01:02:03Z", with the note as [`Holder::who`]
+    /// has it. The time is the run's start (its wait included), not when it took the lock.
     pub fn describe(&self) -> String {
-        format!("{} since {}", self.who(), rfc3339_ms(self.since_ms))
+        format!("{}, run started {}", self.who(), rfc3339_ms(self.since_ms))
     }
 
-    /// "host (pid 123)", or with a note, "host (pid 123, note "…")".
+    /// "host (pid 123)", or with a note, "host (pid 123, note "…")": every stored word in it
+    /// escaped as [`shown`] has it, since anyone who can write the key chose them.
     pub fn who(&self) -> String {
         let note = self.note.as_ref().map(|n| format!(", note {n:?}")).unwrap_or_default();
-        format!("{} (pid {}{note})", self.host, self.pid)
+        format!("{} (pid {}{note})", shown(&self.host), self.pid)
     }
+}
+
+/// A character that a line of text must not carry as it is: a control character, or one that
+/// is not seen but changes how what is around it shows (zero-width, bidirectional controls).
+pub fn unseen(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A word read from a stored value, as text shows it: what [`unseen`] matches written as
+/// Rust writes it (`\n`, `\t`, `\u{1b}`, `\u{202e}`), as a note's quotes have it, so that a
+/// value cannot move the cursor, set a title or turn the rest of a line around.
+fn shown(word: &str) -> String {
+    let mut out = String::with_capacity(word.len());
+    for c in word.chars() {
+        if unseen(c) {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A note as written in the value: `%20` and `%25` back to a space and `%`.
@@ -201,9 +240,9 @@ impl Success {
         }
     }
 
-    /// "host (pid 123) at 2026-11-30T01:02:03Z".
+    /// "host (pid 123) at 2026-11-30T01:02:03Z", the host as [`shown`] has it.
     pub fn describe(&self) -> String {
-        format!("{} (pid {}) at {}", self.host, self.pid, rfc3339_ms(self.at_ms))
+        format!("{} (pid {}) at {}", shown(&self.host), self.pid, rfc3339_ms(self.at_ms))
     }
 }
 
@@ -234,7 +273,7 @@ mod tests {
     fn values_round_trip() {
         let h = Holder::parse(b"0123456789abcdef0123456789abcdef web-1 4711 1764460800000").unwrap();
         assert_eq!((h.host.as_str(), h.pid, h.token_prefix()), ("web-1", 4711, "01234567"));
-        assert_eq!(h.describe(), "web-1 (pid 4711) since 2025-11-30T00:00:00Z");
+        assert_eq!(h.describe(), "web-1 (pid 4711), run started 2025-11-30T00:00:00Z");
         assert_eq!(h.kind, Kind::Exclusive);
         assert_eq!(Holder::parse(b"someone else's value"), None);
         let shared = Holder::parse(b"0123456789abcdef web-1 4711 1764460800000 shared").unwrap();
@@ -257,7 +296,7 @@ mod tests {
             (h.token.as_str(), h.note.as_deref()),
             ("0123456789abcdef0123456789abcdef", Some("ci job%"))
         );
-        assert_eq!(h.describe(), "web-1 (pid 4711, note \"ci job%\") since 2025-11-30T00:00:00Z");
+        assert_eq!(h.describe(), "web-1 (pid 4711, note \"ci job%\"), run started 2025-11-30T00:00:00Z");
         for kind in [Kind::Exclusive, Kind::Shared, Kind::Limit(3)] {
             let plain = Holder::this_process(kind, None).unwrap();
             let noted = Holder { note: Some("a b".repeat(NOTE_MAX / 3)), ..plain.clone() };
@@ -269,6 +308,22 @@ mod tests {
             assert!(noted.starts_with(&format!("{}~", plain.split(' ').next().unwrap())), "{noted}");
         }
         assert_eq!(unescape("%2%%41%2"), "%2%%41%2");
+    }
+
+    #[test]
+    fn what_anyone_wrote_is_shown_escaped() {
+        let value =
+            "\u{1b}]0;t\u{7}\u{e9}\u{1b}abcdef~n%20\u{202e} \u{1b}]0;pwned\u{7}\u{202e} 1 1764460800000";
+        let h = Holder::parse(value.as_bytes()).unwrap();
+        let text = format!("{} {}", h.describe(), h.token_shown());
+        assert_eq!(
+            text,
+            "\\u{1b}]0;pwned\\u{7}\\u{202e} (pid 1, note \"n \\u{202e}\"), run started \
+             2025-11-30T00:00:00Z \\u{1b}]0;t\\u{7}\u{e9}\\u{1b}"
+        );
+        assert_eq!(h.token_prefix(), "\u{1b}]0;t\u{7}\u{e9}\u{1b}", "eight characters, not bytes");
+        let s = Success::parse(b"a\tb 12 1764460800000").unwrap();
+        assert_eq!(s.describe(), "a\\tb (pid 12) at 2025-11-30T00:00:00Z");
     }
 
     #[test]

@@ -18,4 +18,6 @@ pub use guardian::{
 pub use limits::enough_descriptors;
 pub use script::{fork_holder, hide_arguments, pidfd_open, readable, stdio_to_null};
 pub use spawn::{GuardianGone, Launch, become_subreaper, found_on_path, spawn};
-pub use terminal::{foreground_terminal, give_terminal_to, stderr_columns, terminal_group};
+pub use terminal::{
+    foreground_terminal, give_terminal_to, stderr_columns, stderr_in_foreground, terminal_group,
+};

@@ -1,5 +1,5 @@
 //! The terminals: the one on stdin (whether the run is in its foreground, and handing it over)
-//! and the width of the one on stderr.
+//! and the one on stderr (its width, and whether the run is in its foreground).
 
 use std::io::{self, IsTerminal};
 use std::os::fd::BorrowedFd;
@@ -36,6 +36,16 @@ fn stdin_fd() -> BorrowedFd<'static> {
     // SAFETY: fd 0 stays open for the life of the process (it is never closed here), so a
     // 'static borrow of it is sound; if it is not a terminal the calls above simply fail.
     unsafe { BorrowedFd::borrow_raw(0) }
+}
+
+/// Whether the terminal on stderr is this process's to write on: its group is the terminal's
+/// foreground one (not a job sent to the background, `cmd &` or `bg`), or the terminal is not the
+/// one the process is controlled by (no job control there, nobody else's prompt to write over).
+pub fn stderr_in_foreground() -> bool {
+    // SAFETY: fd 2 stays open for the life of the process (it is never closed here); the borrow
+    // ends with the call, which fails harmlessly on a descriptor that is no terminal.
+    let stderr = unsafe { BorrowedFd::borrow_raw(2) };
+    tcgetpgrp(stderr).map_or(true, |pg| pg == getpgrp())
 }
 
 /// How many columns the terminal on stderr has, if stderr is one that says.

@@ -227,7 +227,8 @@ fn shared_runs_that_arrive_after_a_waiting_exclusive_run_start_after_it() {
     let status = run(wrapper().args(["status", "--redis-url", &url, "-k", "lock:fair"]), LIMIT);
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(
-        text.contains(&format!("    1. vm (pid {}) since", exclusive.id())) || text.contains(", exclusive\n"),
+        text.contains(&format!("    1. vm (pid {}), run started", exclusive.id()))
+            || text.contains(", exclusive\n"),
         "{text}"
     );
     assert!(text.lines().filter(|l| l.ends_with(", shared")).count() == 3, "each waiter's kind: {text}");

@@ -57,16 +57,52 @@ fn a_note_that_does_not_fit_on_one_short_line_is_a_usage_error() {
     let empty =
         run(redlock(&redis).env("REDLOCK_NOTE", "").args(["-k", "lock:note:ok", "--", "true"]), LIMIT);
     assert_eq!(empty.code, 0, "empty is none: {}", empty.stderr);
+    // Blank is none too, and a note is stored without the whitespace around it.
+    let dir = tmp();
+    for (i, (given, stored)) in [(" \t ", " "), ("  pod 7 ", "~pod%207 ")].into_iter().enumerate() {
+        let go = file(&dir, &format!("go-{i}"));
+        let mut holder = hold_until(&redis, ["-k", "lock:note:blank", "--note", given], &go);
+        assert!(wait_until(LIMIT, || redis.exists(b"lock:note:blank")));
+        let value = String::from_utf8(redis.get(b"lock:note:blank").unwrap()).unwrap();
+        assert_eq!(value.find(['~', ' ']).map(|at| &value[at..at + stored.len()]), Some(stored), "{value}");
+        std::fs::write(&go, "").unwrap();
+        assert!(wait_bounded(&mut holder, LIMIT).success());
+    }
 
     let long = format!("{at_most}é");
     let too_long = run(redlock(&redis).args(["-k", "lock:note:no", "--note", &long, "--", "true"]), LIMIT);
     assert_eq!(too_long.code, 64, "{}", too_long.stderr);
     assert!(too_long.stderr.contains("--note is 202 bytes long, more than the 200"), "{}", too_long.stderr);
-    for bad in ["two\nlines", "a\ttab", "\u{1b}[31mred"] {
+    for bad in ["two\nlines", "a\ttab", "\u{1b}[31mred", "a\u{202e}evil", "zero\u{200b}width", "\u{feff}bom"]
+    {
         let refused =
             run(redlock(&redis).env("REDLOCK_NOTE", bad).args(["-k", "lock:note:no", "--", "true"]), LIMIT);
         assert_eq!(refused.code, 64, "{bad:?}: {}", refused.stderr);
         assert!(refused.stderr.contains("REDLOCK_NOTE must be one line"), "{}", refused.stderr);
     }
     assert!(!redis.exists(b"lock:note:no"));
+}
+
+#[test]
+fn what_anyone_wrote_into_a_value_is_shown_escaped() {
+    let redis = RedisServer::start();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let value = format!("0123456789abcdef\u{1b}[2J~n \u{1b}]0;pwned\u{7}\u{202e} 1 {now}");
+    redis.cmd::<()>(&[b"SET", b"lock:note:kh", value.as_bytes(), b"PX", b"60000"]);
+    let operator = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(args).args(["--redis-url", &redis.url(), "--key", "lock:note:kh"]);
+        run(&mut cmd, LIMIT)
+    };
+    let busy = run(redlock(&redis).args(["-k", "lock:note:kh", "--", "true"]), LIMIT);
+    for (what, out) in [
+        ("status", operator(&["status"]).stdout),
+        ("busy", busy.stderr.into_bytes()),
+        ("release", operator(&["release", "--force"]).stdout),
+    ] {
+        let out = String::from_utf8_lossy(&out).into_owned();
+        assert!(out.contains("\\u{1b}]0;pwned\\u{7}\\u{202e} (pid 1"), "{what}: {out:?}");
+        assert!(!out.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{what}: {out:?}");
+    }
+    assert!(!redis.exists(b"lock:note:kh"), "released");
 }

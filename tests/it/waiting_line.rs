@@ -54,7 +54,7 @@ fn a_waiting_run_on_a_terminal_shows_where_it_stands_then_erases_it() {
     assert!(wait_until(LIMIT, || lock(&seen).contains("waited 1s")), "{:?}", lock(&seen));
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let line = lock(&seen).rsplit(ERASE).find(|l| !l.is_empty()).unwrap().to_owned();
-    let held_by = format!("held by {host} (pid {}, note \"pod 7\") for ", holder.id());
+    let held_by = format!("held by {host} (pid {}, note \"pod 7\"), its run started ", holder.id());
     assert!(
         line.starts_with(
             "redlock-run: waiting for \"lock:line\": waited 1s, 19s left, place 2 in the queue; "
@@ -84,7 +84,15 @@ fn a_waiting_run_on_a_terminal_shows_where_it_stands_then_erases_it() {
             on_terminal(redlock(&redis).args(["-k", "lock:line", "--wait", wait, "--", "true"]));
         if let Some(signal) = signal {
             assert!(wait_until(LIMIT, || lock(&seen).contains("waiting for")), "{:?}", lock(&seen));
-            kill(Pid::from_raw(waiter.id() as i32), signal).unwrap();
+            let pid = Pid::from_raw(waiter.id() as i32);
+            // Ctrl-Z: the line is gone before the run stops, and drawn again once continued.
+            kill(pid, Signal::SIGTSTP).unwrap();
+            assert!(wait_until(LIMIT, || stopped(pid)), "stopped");
+            assert!(lock(&seen).ends_with(ERASE), "erased before it stopped: {:?}", lock(&seen));
+            kill(pid, Signal::SIGCONT).unwrap();
+            let drawn = || lock(&seen).rsplit(ERASE).next().is_some_and(|l| l.contains("waiting for"));
+            assert!(wait_until(LIMIT, drawn), "drawn again: {:?}", lock(&seen));
+            kill(pid, signal).unwrap();
         }
         assert!(!wait_bounded(&mut waiter, LIMIT).success());
         wait_until(Duration::from_secs(2), || lock(&seen).ends_with('\n'));
@@ -93,6 +101,12 @@ fn a_waiting_run_on_a_terminal_shows_where_it_stands_then_erases_it() {
         assert!(before.contains("waiting for \"lock:line\""), "{all:?}");
         assert!(error.starts_with("redlock-run: error: ") && error.contains(says), "{all:?}");
     }
+}
+
+/// Whether `pid` is stopped (`T` in /proc/PID/stat, after the command's name in parentheses).
+fn stopped(pid: Pid) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
 }
 
 #[test]
