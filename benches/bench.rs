@@ -101,13 +101,17 @@ fn machine() -> String {
     let kernel = cmd_output("uname", &["-sr"]);
     let redis = cmd_output("redis-server", &["--version"]);
     let date = humantime::format_rfc3339_seconds(SystemTime::now());
+    // The tree measured: its commit, marked when files differ from it.
+    let commit = Some(cmd_output("git", &["describe", "--always", "--dirty", "--abbrev=7"]))
+        .filter(|c| !c.is_empty() && c != "not found")
+        .unwrap_or_else(|| "unknown (not a git checkout)".into());
     let size = |path: &str| std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let static_build = match static_bin() {
         Some(path) => format!("{path} ({} bytes)", size(&path)),
         None => "not built (`cargo build --release --target x86_64-unknown-linux-musl`)".into(),
     };
     format!(
-        "- date: {date}\n- machine: {cpu}, {cores} cores, {kernel}\n- redis: {}\n- redlock-run: {} ({} bytes)\n\
+        "- date: {date}\n- commit: {commit}\n- machine: {cpu}, {cores} cores, {kernel}\n- redis: {}\n- redlock-run: {} ({} bytes)\n\
          - redlock-run, static build: {static_build}",
         redis.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
         bin(),
