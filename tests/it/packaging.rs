@@ -7,6 +7,11 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::support::{run, wrapper};
+
+/// What a run of `--version` or of the loader may take, on a loaded machine.
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MANIFEST: &str = include_str!("../../Cargo.toml");
 
@@ -188,4 +193,20 @@ fn binstall_downloads_the_assets_the_release_attaches() {
         assert!(assets.iter().any(|a| a == file), "{target}: {file} is not among the release's {assets:?}");
         assert!(file.contains(&format!("-{arch}-")), "{target}: {file} is not the {arch} binary");
     }
+}
+
+/// A glibc build carries gcc's unwinder (build.rs): libc is the one library its start loads.
+#[test]
+fn a_glibc_build_loads_no_libgcc_s() {
+    let version = run(wrapper().arg("--version"), LIMIT);
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    if !version.contains("-linux-gnu") {
+        eprintln!("not a glibc build ({}): nothing to check", version.trim());
+        return;
+    }
+    // glibc's loader lists what it maps and stops before the program runs.
+    let out = run(wrapper().env("LD_TRACE_LOADED_OBJECTS", "1"), LIMIT);
+    let loaded = String::from_utf8_lossy(&out.stdout);
+    assert!(loaded.contains("libc.so.6"), "the loader's list: {loaded}");
+    assert!(!loaded.contains("libgcc_s"), "libgcc_s.so.1 is loaded at every start: {loaded}");
 }
