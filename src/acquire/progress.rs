@@ -149,13 +149,15 @@ impl Progress {
 
     /// Erases the line, if drawn (in the foreground); returns once it is gone from the screen.
     pub fn clear(&mut self) {
+        // Nothing drawn, nothing to ask the terminal (every run that did not wait on one).
+        if self.drawn.is_empty() {
+            return;
+        }
         if !(self.foreground)() {
             return self.forget();
         }
-        if !self.drawn.is_empty() {
-            logging::clear_status();
-            self.drawn.clear();
-        }
+        logging::clear_status();
+        self.drawn.clear();
     }
 
     fn forget(&mut self) {
