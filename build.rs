@@ -51,6 +51,7 @@ fn link_the_unwinder_statically() {
     if !glibc || var("CARGO_CFG_TARGET_FEATURE").split(',').any(|f| f == "crt-static") {
         return;
     }
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let linker = std::env::var("RUSTC_LINKER").unwrap_or_else(|_| "cc".to_owned());
     let found = Command::new(linker)
         .arg("-print-file-name=libgcc_eh.a")
