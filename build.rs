@@ -38,6 +38,18 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=build.rs");
     link_the_unwinder_statically();
+    link_position_dependent();
+}
+
+/// The glibc build's executable is linked at a fixed address (its code stays position
+/// independent): a position-independent one has ld.so apply some 5 000 relocations and copy
+/// the pages they write at every start (BENCHMARKS.md). The static builds get the same from
+/// `relocation-model=static` in .cargo/config.toml.
+fn link_position_dependent() {
+    let var = |name| std::env::var(name).unwrap_or_default();
+    if var("CARGO_CFG_TARGET_OS") == "linux" && var("CARGO_CFG_TARGET_ENV") == "gnu" {
+        println!("cargo:rustc-link-arg-bins=-no-pie");
+    }
 }
 
 /// A glibc build takes the unwinder from libgcc_eh.a instead of loading libgcc_s.so.1 at every

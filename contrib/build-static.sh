@@ -67,6 +67,9 @@ dynamic=$(readelf -dW "$bin") || fail "readelf -d $bin failed"
 if grep -q 'INTERP' <<< "$headers" || grep -q '(NEEDED)' <<< "$dynamic"; then
   fail "$bin is not statically linked"
 fi
+# Linked at a fixed address: a position-independent one relocates itself at every start.
+readelf -hW "$bin" | grep -q 'Type: *EXEC' ||
+  fail "$bin is position-independent (.cargo/config.toml's relocation-model=static was not applied)"
 "${run[@]}" "$bin" --version >/dev/null || fail "$bin does not run"
 
 mkdir -p "$out"

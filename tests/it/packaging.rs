@@ -210,3 +210,14 @@ fn a_glibc_build_loads_no_libgcc_s() {
     assert!(loaded.contains("libc.so.6"), "the loader's list: {loaded}");
     assert!(!loaded.contains("libgcc_s"), "libgcc_s.so.1 is loaded at every start: {loaded}");
 }
+
+/// The binary is linked at a fixed address (a glibc build: build.rs; the static ones:
+/// .cargo/config.toml), so that no start spends time relocating it: an ELF of type EXEC, not DYN.
+#[test]
+fn the_binary_is_not_relocated_at_start() {
+    let path = crate::support::bin();
+    let header = std::fs::read(path).expect("the binary");
+    assert_eq!(&header[..4], b"\x7fELF", "{path} is not an ELF file");
+    let e_type = u16::from_le_bytes([header[16], header[17]]);
+    assert_eq!(e_type, 2, "{path} is position-independent (ELF type {e_type}; 3 is DYN)");
+}
