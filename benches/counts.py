@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Counts what one uncontended `redlock-run --key k -- true` costs, in numbers that do not
 depend on the machine's speed or load: the system calls of the run and its processes
-(`strace -f -c`) and, where valgrind runs, the instructions of the wrapper and its guardian
-(callgrind). With --check, compares them with benches/budgets and fails when one is over its
+(`strace -f -c`), their page faults (most of a start's time: getrusage's minor faults) and,
+where valgrind runs, the instructions of the wrapper and its guardian (callgrind). With --check, compares them with benches/budgets and fails when one is over its
 budget by more than the margin written there (.ci/run does).
 
     python3 benches/counts.py [--check] [BINARY]     # default: target/release/redlock-run
@@ -80,6 +80,17 @@ def syscalls(binary, url, workdir):
     return counted, per
 
 
+def page_faults(binary, url):
+    """Minor page faults of the run and every process it reaped (its guardian and command)."""
+    quiet = [(os.POSIX_SPAWN_OPEN, fd, "/dev/null", os.O_RDWR, 0) for fd in (0, 1, 2)]
+    argv = [binary, "--redis-url", url, "--key", "k", "--", "true"]
+    pid = os.posix_spawn(binary, argv, run_env(), file_actions=quiet)
+    _, status, usage = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{binary} failed: {os.waitstatus_to_exitcode(status)}")
+    return usage.ru_minflt
+
+
 def instructions(binary, url, workdir):
     for f in os.listdir(workdir):
         if f.startswith("cg."):
@@ -140,7 +151,8 @@ def main():
             url = f"redis://127.0.0.1:{port}"
             runs = [syscalls(binary, url, workdir) for _ in range(RUNS)]
             least, per = min(runs, key=lambda r: r[0])
-            counts = {"syscalls": least}
+            faults = [page_faults(binary, url) for _ in range(RUNS)]
+            counts = {"syscalls": least, "page_faults": min(faults)}
             if valgrind_runs(binary):
                 counted = [instructions(binary, url, workdir) for _ in range(VALGRIND_RUNS)]
                 if None not in counted:
@@ -153,6 +165,7 @@ def main():
           f"  (all of the {RUNS}: {sorted(r[0] for r in runs)})")
     print("    " + ", ".join(f"{n} {c}" for n, c in sorted(per.items(), key=lambda p: -p[1])
                              if n not in WAITS))
+    print(f"  page faults, least of {RUNS}: {counts['page_faults']}  (all of the {RUNS}: {sorted(faults)})")
     if "instructions" in counts:
         print(f"  instructions (wrapper and guardian, callgrind), least of {VALGRIND_RUNS}: "
               f"{counts['instructions']}")
