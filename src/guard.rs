@@ -6,7 +6,7 @@
 //! is certainly dead, execs a releaser that gives the lock back at once — [`release_after_death`]).
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,8 +26,9 @@ type Member = (nix::unistd::Pid, u64);
 
 pub struct Guard {
     guardian: Option<sys::Guardian>,
-    /// The release's ticket, as a memory file each guardian gets a copy of.
-    ticket: Option<OwnedFd>,
+    /// The release's ticket, a memory file each guardian gets a copy of; empty until
+    /// [`Guard::ticket`] writes it.
+    ticket: Option<std::fs::File>,
     /// What every guardian is told, a replacement too.
     acquired: Option<i64>,
     kill_by: Option<i64>,
@@ -41,9 +42,9 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// A guard for a run whose lock `ticket` describes; no guardian runs yet.
-    pub fn new(ticket: &Ticket) -> Guard {
-        let ticket = sys::ticket_file(&ticket.encode())
+    /// A guard for a run, with an empty ticket; no guardian runs yet.
+    pub fn new() -> Guard {
+        let ticket = sys::ticket_file()
             .map_err(|e| {
                 tracing::debug!(
                     "no ticket for the guardian ({e}): a killed wrapper's lock will expire by itself"
@@ -52,13 +53,25 @@ impl Guard {
             .ok();
         Guard {
             guardian: None,
-            ticket,
+            ticket: ticket.map(std::fs::File::from),
             acquired: None,
             kill_by: None,
             deadline: None,
             command: None,
             tree: None,
             no_lock: false,
+        }
+    }
+
+    /// Writes what releasing the lock takes, before the lock is asked for: a guardian started
+    /// earlier reads it only once the wrapper died (an empty one: nothing was asked of Redis).
+    pub fn ticket(&mut self, ticket: &Ticket) {
+        use std::io::Write;
+        let Some(file) = &self.ticket else { return };
+        if let Err(e) = (&*file).write_all(&ticket.encode()) {
+            tracing::debug!(
+                "no ticket for the guardian ({e}): a killed wrapper's lock will expire by itself"
+            );
         }
     }
 
@@ -70,6 +83,15 @@ impl Guard {
                 Ok(guardian) => self.adopt(guardian),
                 Err(e) => tracing::debug!("the guardian cannot be exec'd: {e}"),
             }
+        }
+    }
+
+    /// [`Guard::start`] where an exec costs the wrapper less than the fork right before the
+    /// command that it saves (a static build, [`sys::CHEAP_EXEC`]): the guardian's start then
+    /// takes no time of the run's, if it is made before anything else of the run.
+    pub fn start_early(&mut self) {
+        if sys::CHEAP_EXEC {
+            self.start();
         }
     }
 
@@ -486,6 +508,10 @@ impl Reader<'_> {
 /// only once the guardian has found the command's group certainly dead — and leaves the queue.
 pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
     use std::process::ExitCode;
+    if job.ticket.is_empty() {
+        // Written before the first request to Redis: the wrapper died before it asked for anything.
+        return ExitCode::from(status::SUCCESS);
+    }
     let Some(ticket) = Ticket::decode(&job.ticket) else {
         eprintln!(
             "redlock-run: the wrapper (pid {}) died; its lock expires by itself (unreadable ticket)",

@@ -124,12 +124,26 @@ fn main_status(holder: &mut bool) -> u8 {
         Ok(rt) => rt,
         Err(e) => return fail(exit::Error::Internal(e.into())),
     };
+    let guard = match &invocation {
+        config::Invocation::Run(config) | config::Invocation::Lock { config, .. } => {
+            let mut guard = guard::Guard::new();
+            // Its exec takes longer than all the run does before it takes the lock: started
+            // first, the guardian runs by then. Not before --jitter's sleep (`run`).
+            if config.jitter.is_zero() {
+                guard.start_early();
+            }
+            Some(guard)
+        }
+        _ => None,
+    };
     let result = runtime.block_on(async {
         match invocation {
-            config::Invocation::Run(config) => run::run(*config, run::Target::Command).await,
+            config::Invocation::Run(config) => {
+                run::run(*config, run::Target::Command, guard.expect("a run's guard")).await
+            }
             config::Invocation::Lock { config, .. } => {
                 let holding = holding.as_mut().expect("forked as the holder");
-                run::run(*config, run::Target::Script(holding)).await
+                run::run(*config, run::Target::Script(holding), guard.expect("a run's guard")).await
             }
             config::Invocation::Unlock { .. } => unreachable!("answered before the runtime"),
             config::Invocation::Status { keys, json, redis, .. } => {

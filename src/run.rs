@@ -21,7 +21,6 @@ use crate::renew::Renewer;
 use crate::script::ScriptHolder;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
-use crate::sys;
 
 /// What the lock is held for.
 pub enum Target<'h> {
@@ -31,9 +30,11 @@ pub enum Target<'h> {
     Script(&'h mut ScriptHolder),
 }
 
-pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
+/// `guard`: the run's guard, its guardian started already where that is cheap (see
+/// [`Guard::start_early`]).
+pub async fn run(config: Config, target: Target<'_>, guard: Guard) -> Result<u8, Error> {
     let mut report = Report::default();
-    let result = run_with_report(&config, &mut report, target).await;
+    let result = run_with_report(&config, &mut report, target, guard).await;
     report.exit_status = match &result {
         Ok(code) => *code,
         Err(e) => e.code(),
@@ -54,7 +55,12 @@ pub async fn run(config: Config, target: Target<'_>) -> Result<u8, Error> {
     result
 }
 
-async fn run_with_report(config: &Config, report: &mut Report, mut target: Target<'_>) -> Result<u8, Error> {
+async fn run_with_report(
+    config: &Config,
+    report: &mut Report,
+    mut target: Target<'_>,
+    mut guard: Guard,
+) -> Result<u8, Error> {
     let mut signals = Signals::install().map_err(|e| Error::Internal(e.into()))?;
     let nodes = config.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>()?;
     let redlock_nodes = nodes.len();
@@ -83,7 +89,7 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
     }
     let grant = Handover::grant(config.kill_grace, config.ttl);
     lock.hand_over_for(grant);
-    let mut guard = Guard::new(&Ticket {
+    guard.ticket(&Ticket {
         redis: config.redis.clone(),
         keys: config.keys.clone(),
         ttl: config.ttl,
@@ -93,11 +99,8 @@ async fn run_with_report(config: &Config, report: &mut Report, mut target: Targe
         min_hold: config.min_hold,
         output: config.output,
     });
-    // Exec'd now, the guardian starts on another CPU while the lock is taken (`guardian.rs`);
-    // otherwise when the run starts to wait, or forked right before the command.
-    if sys::CHEAP_EXEC {
-        guard.start();
-    }
+    // After --jitter's sleep, if the run did not start it before (`guard.rs`).
+    guard.start_early();
     // In JSON, the error line of a status the wrapper chose carries that status (text: as it was).
     let json_only = |code| config.output.format.json_only(code);
 

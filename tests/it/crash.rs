@@ -223,3 +223,33 @@ fn a_guardian_that_cannot_run_the_releaser_says_why_and_leaves_the_lock_to_expir
     );
     assert!(redis.exists(b"lock:noexec"), "left to expire");
 }
+
+/// A wrapper killed before it asked Redis for anything (its guardian starts first, its ticket is
+/// written before the first request): the releaser its guardian starts finds an empty ticket and
+/// leaves without a word, where an unreadable one is an error.
+#[test]
+fn a_releaser_with_an_empty_ticket_has_nothing_to_release() {
+    use std::os::unix::process::CommandExt;
+    let dir = tmp();
+    for (bytes, code, said) in [(&b""[..], 0, false), (&b"garbage"[..], 70, true)] {
+        let path = file(&dir, "ticket");
+        std::fs::write(&path, bytes).unwrap();
+        let ticket = std::fs::File::open(&path).unwrap();
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&ticket);
+        let mut cmd = wrapper();
+        cmd.arg0("redlock-run: releaser").args(["1", "-1", "1"]);
+        // SAFETY: between fork and exec only dup2(2) and fcntl(2), which are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Open across the exec, even where the file is descriptor 3 already.
+                if nix::libc::dup2(raw, 3) < 0 || nix::libc::fcntl(3, nix::libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = run(&mut cmd, LIMIT);
+        assert_eq!(out.code, code, "{bytes:?}: {}", out.stderr);
+        assert_eq!(out.stderr.contains("unreadable ticket"), said, "{bytes:?}: {}", out.stderr);
+    }
+}

@@ -65,6 +65,8 @@ fn a_signal_during_the_sleep_ends_the_run_at_once_with_nothing_taken() {
     let sleeping = || std::fs::read_to_string(&log).unwrap().contains("before the first attempt");
     assert!(wait_until(Duration::from_secs(10), sleeping), "the sleep began");
     assert_eq!(connections(), before + 1, "sleeping, the run has not connected");
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", wrapper.id())).unwrap();
+    assert_eq!(children.trim(), "", "sleeping, the run has started no guardian");
     let sent = Instant::now();
     kill(Pid::from_raw(wrapper.id() as i32), Signal::SIGTERM).unwrap();
     assert_eq!(wait_bounded(&mut wrapper, LIMIT).code(), Some(143));

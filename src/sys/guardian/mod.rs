@@ -452,9 +452,8 @@ pub struct Releaser {
     pub ticket: Vec<u8>,
 }
 
-/// A memory file holding `bytes`, close-on-exec: a ticket a guardian keeps for its releaser.
-pub fn ticket_file(bytes: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
-    use std::io::Write;
+/// An empty memory file, close-on-exec: the ticket a guardian keeps for its releaser.
+pub fn ticket_file() -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     // SAFETY: the name is NUL-terminated; the descriptor returned is owned by nobody else.
     let fd = unsafe { libc::memfd_create(c"redlock-run-ticket".as_ptr(), libc::MFD_CLOEXEC) };
@@ -462,9 +461,7 @@ pub fn ticket_file(bytes: &[u8]) -> io::Result<std::os::fd::OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: as above.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.write_all(bytes)?;
-    Ok(file.into())
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC`, the clock of `Instant`, which the guardian shares.
