@@ -255,6 +255,11 @@ impl Guard {
         }
     }
 
+    /// [`Guard::dismiss`] once what this returns is dropped; the guard has no guardian from now on.
+    pub fn dismiss_later(&mut self) -> Dismissal {
+        Dismissal(self.guardian.take())
+    }
+
     fn adopt(&mut self, guardian: sys::Guardian) {
         match (&self.tree, self.command) {
             (Some((root, known)), _) => {
@@ -297,6 +302,10 @@ impl Guard {
         self.guardian.as_mut()
     }
 }
+
+/// A guardian to dismiss: dropping this dismisses it (see [`Guard::dismiss_later`]).
+#[expect(dead_code, reason = "held, not read: dropping it dismisses the guardian")]
+pub struct Dismissal(Option<sys::Guardian>);
 
 /// Reaps the guardians of no more use before the wrapper exits (see `sys::reap_guardians`).
 pub fn reap() {

@@ -169,6 +169,9 @@ async fn run_with_report(
     if ended.let_go {
         child.keep_running();
     }
+    // With the group dead the guardian has nothing left to do, but dismissed now it would wake
+    // and exit on the CPU the release request is about to need: it goes once that is sent.
+    let dismissal = (!ended.survivors).then(|| child.guard().dismiss_later());
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
@@ -190,7 +193,13 @@ async fn run_with_report(
         );
     } else {
         let command_status = ended.command_code.filter(|_| matches!(target, Target::Command));
-        let (gave, record) = release(&mut lock, keep, ended.code == 0, acquired, command_status).await;
+        let releasing = release(&mut lock, keep, ended.code == 0, acquired, command_status);
+        let ((gave, record), ()) = tokio::join!(releasing, async {
+            // Polled first, the release has handed its request to the connection's task, which
+            // runs (and writes it) before this task again.
+            tokio::task::yield_now().await;
+            drop(dismissal);
+        });
         let id = config.idempotency.as_ref().map(|i| String::from_utf8_lossy(&i.id)).unwrap_or_default();
         match &record {
             Record::Failed(why) => tracing::warn!(
