@@ -77,7 +77,7 @@ pub async fn release(
                     outcome = "not-owner",
                     held_ms,
                     command_status,
-                    "released: the lock was no longer this run's (expired or taken over); left untouched"
+                    "released: the lock was no longer this run's (already released, expired or taken over); left untouched"
                 );
                 return (Gave::NotOurs, record(recorded));
             }
