@@ -2,8 +2,9 @@
 """Counts what one uncontended `redlock-run --key k -- true` costs, in numbers that do not
 depend on the machine's speed or load: the system calls of the run and its processes
 (`strace -f -c`), their page faults (most of a start's time: getrusage's minor faults) and,
-where valgrind runs, the instructions of the wrapper and its guardian (callgrind). With --check, compares them with benches/budgets and fails when one is over its
-budget by more than the margin written there (.ci/run does).
+where valgrind runs, the instructions of the wrapper and its guardian (callgrind). With
+--check, compares them with benches/budgets and fails when one is over its budget by more
+than the margin written there (.ci/run does).
 
     python3 benches/counts.py [--check] [BINARY]     # default: target/release/redlock-run
 

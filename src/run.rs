@@ -170,8 +170,9 @@ async fn run_with_report(
         child.keep_running();
     }
     // With the group dead the guardian has nothing left to do, but dismissed now it would wake
-    // and exit on the CPU the release request is about to need: it goes once that is sent.
-    let dismissal = (!ended.survivors).then(|| child.guard().dismiss_later());
+    // and exit on the CPU the release request is about to need: it goes once that is sent. A
+    // script let go of runs on, so its guardian goes at once (with the child), as with survivors.
+    let dismissal = (!ended.survivors && !ended.let_go).then(|| child.guard().dismiss_later());
     // Dropping the child kills anything left of its group and hands the terminal back.
     drop(child);
     let keep = config.min_hold.saturating_sub(acquired.elapsed());
