@@ -4,9 +4,10 @@
 //! `lock` forks its holder before anything else runs. The holder takes the lock as a run
 //! does (`run::run`, with the script as its target), then leaves the script's session, tells
 //! the `lock` process the assignments to print and supervises the script as a run supervises
-//! its command; the `lock` process prints them and exits with the holder's status (on any
-//! failure `lib::main` prints `(exit N)` instead: [`print_failing`]). `unlock` asks the holder, through a socket named in `REDLOCK_HOLDER`, to
-//! let go.
+//! its command; the `lock` process prints them if the script still reads its output, and exits
+//! with the holder's status (on any failure `lib::main` prints `(exit N)` instead:
+//! [`print_failing`]). `unlock` asks the holder, through a socket named in `REDLOCK_HOLDER`,
+//! to let go.
 
 mod parent;
 
@@ -181,6 +182,26 @@ fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
     if code != 0 {
         return code;
     }
+    let (holder_name, assignments) =
+        assignments.split_at(assignments.iter().position(|b| *b == b'\n').unwrap_or(0));
+    let assignments = assignments.get(1..).unwrap_or_default();
+    // The parent may have passed the pipe on since it was checked (bash holds the read end of
+    // `lock | cat` until it has forked `cat`): the holder lets go of the script, which runs on.
+    let reader = parent::reader().and_then(|pid| {
+        (pid == script.pid).then_some(()).ok_or_else(|| {
+            format!("lock's output is now read by {}, not by the script", parent::describe(pid))
+        })
+    });
+    if let Err(msg) = reader {
+        let holder_name = std::ffi::OsStr::from_bytes(holder_name);
+        if let Err(e) = ask(holder_name, "unlock", ANSWER_WITHIN) {
+            tracing::warn!(
+                "the holder could not be asked to release ({e}): it holds the lock until the script ends"
+            );
+        }
+        tracing::error!(exit_status = status::USAGE, "{msg}");
+        return status::USAGE;
+    }
     let mut out = std::io::stdout().lock();
     if out.write_all(assignments).and_then(|()| out.flush()).is_err() {
         // The script is gone; its holder sees that and releases.
@@ -234,6 +255,7 @@ impl ScriptHolder {
         tokio::spawn(serve(listener, child.pid(), let_go));
         let _ = nix::sys::prctl::set_pdeathsig(None);
         let mut text = vec![0u8];
+        text.extend(format!("{name}\n").as_bytes());
         text.extend(assignments(env, &name));
         let report = self.report.take().expect("reported once");
         std::fs::File::from(report)

@@ -1,5 +1,6 @@
 //! The script behind `redlock-run lock`: the parent that reads its output, as the shell running
-//! `eval "$(redlock-run lock …)"` does. Found and checked from /proc before anything is taken.
+//! `eval "$(redlock-run lock …)"` does. Found and checked from /proc before anything is taken, and
+//! the reader again before the assignments are printed.
 
 use nix::unistd::Pid;
 

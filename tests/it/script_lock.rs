@@ -352,6 +352,42 @@ fn lock_refuses_what_it_cannot_guard() {
     assert!(!redis.exists(b"lock:no"));
 }
 
+/// A parent that reads `lock`'s output when `lock` starts but passes the pipe on before the lock
+/// is taken (bash holds the read end of `lock | cat` until it has forked `cat`) is found out
+/// before anything is printed: the holder lets go of the script, which runs on, and releases.
+#[test]
+fn a_reader_that_passes_the_pipe_on_is_found_before_the_assignments() {
+    let redis = RedisServer::start();
+    // Busy for a while, so that the pipe changes hands while `lock` waits.
+    let _: () = redis.cmd(&[b"SET", b"lock:moved", b"other", b"PX", b"1500"]);
+    let python = r#"
+import os, subprocess, sys, time
+r, w = os.pipe()
+lock = subprocess.Popen([os.environ["RR"], "lock", "--key", "lock:moved", "--wait", "20s"], stdout=w)
+os.close(w)
+# lock has checked its reader once it has forked its holder.
+deadline = time.monotonic() + 20
+while not open(f"/proc/{lock.pid}/task/{lock.pid}/children").read().strip():
+    assert time.monotonic() < deadline, "no holder"
+    time.sleep(0.01)
+cat = subprocess.Popen(["cat"], stdin=r)
+os.close(r)
+code = lock.wait()
+cat.wait()
+print("script ran on")
+sys.exit(code)
+"#;
+    let r = run(&mut script(&["python3"], &redis, python), LIMIT);
+    assert_eq!(
+        (r.code, String::from_utf8_lossy(&r.stdout).as_ref()),
+        (64, "(exit 64)\nscript ran on\n"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("does not read them"), "{}", r.stderr);
+    assert!(!redis.exists(b"lock:moved"), "released");
+}
+
 /// An interactive shell is refused (a lost lock would end the session) unless
 /// `--allow-interactive`.
 #[test]
