@@ -88,8 +88,9 @@ struct Failover {
     log: String,
 }
 
-/// Issue 14 item 6, as reported: a holder W1 (`--ttl 6s`); its master is frozen for 2.2 s,
-/// just as a renewal is due, and the replica is promoted meanwhile; a waiter W2 starts 2.3 s
+/// Issue 14 item 6, as reported: a holder W1 (`--ttl 6s`); its master is frozen for 2.2 s
+/// (longer if the replica is not promoted by then), just as a renewal is due, and the replica
+/// is promoted meanwhile; a waiter W2 starts 2.3 s
 /// after the old master resumed (by then the key has expired on the replica unless renewed
 /// there). `secured`: the Sentinels want a password and the wrappers reach the master as an
 /// ACL user with another (W1 with the Sentinels' password in their URLs, W2 from a file).
@@ -148,6 +149,10 @@ fn freeze_the_master_under_a_holder(secured: bool) -> Failover {
     let frozen = unix_ns();
     set.master.freeze();
     std::thread::sleep(Duration::from_millis(2200));
+    // On a loaded machine the Sentinels may need longer to promote the replica: the master
+    // stays frozen until they have, or the test fails below.
+    let promoted = || set.replica.cmd::<String>(&[b"INFO", b"replication"]).contains("role:master");
+    wait_until(Duration::from_secs(10), promoted);
     set.master.thaw();
     std::thread::sleep(Duration::from_millis(2300));
     let mut w2 = holder(&beats2, "10", "40s");
