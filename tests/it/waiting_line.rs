@@ -88,7 +88,10 @@ fn a_waiting_run_on_a_terminal_shows_where_it_stands_then_erases_it() {
             // Ctrl-Z: the line is gone before the run stops, and drawn again once continued.
             kill(pid, Signal::SIGTSTP).unwrap();
             assert!(wait_until(LIMIT, || stopped(pid)), "stopped");
-            assert!(lock(&seen).ends_with(ERASE), "erased before it stopped: {:?}", lock(&seen));
+            // Stopped, it writes nothing more: what the terminal's reader has yet to pass on was
+            // written before the stop.
+            let erased = wait_until(Duration::from_secs(5), || lock(&seen).ends_with(ERASE));
+            assert!(erased && stopped(pid), "erased before it stopped: {:?}", lock(&seen));
             kill(pid, Signal::SIGCONT).unwrap();
             let drawn = || lock(&seen).rsplit(ERASE).next().is_some_and(|l| l.contains("waiting for"));
             assert!(wait_until(LIMIT, drawn), "drawn again: {:?}", lock(&seen));
