@@ -12,7 +12,7 @@
 mod parent;
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
@@ -393,7 +393,15 @@ pub fn unlock() -> u8 {
     let shown = holder.to_string_lossy();
     let answer = match ask(&holder, "unlock", ANSWER_WITHIN) {
         Ok(answer) => answer,
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => String::new(),
+        // No longer listening, or gone while answering (exiting after an earlier `unlock`).
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::ConnectionRefused | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe
+            ) =>
+        {
+            String::new()
+        }
         Err(e) => {
             tracing::error!(exit_status = status::INTERNAL, "cannot reach the holder {HOLDER}={shown}: {e}");
             return status::INTERNAL;

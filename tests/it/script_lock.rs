@@ -280,6 +280,28 @@ fn unlock_releases_at_once_and_the_script_goes_on() {
     assert!(r.stderr.contains("REDLOCK_HOLDER is not set"), "{}", r.stderr);
 }
 
+/// A holder that goes away while `unlock` talks to it (it was exiting after an earlier
+/// `unlock`: it took the connection, then closed it unread) is gone, as one that no longer
+/// listens is: 125, not an internal error.
+#[test]
+fn a_holder_that_closes_the_connection_unread_is_gone() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener};
+    let name = format!("redlock-run-test.{}.closing", std::process::id());
+    let listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+    let closing = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        // One byte of the request read, the rest left: closed so, the connection is reset.
+        stream.set_read_timeout(Some(LIMIT)).unwrap();
+        std::io::Read::read_exact(&mut stream, &mut [0u8; 1]).expect("unlock sent its request");
+    });
+    let r = run(wrapper().arg("unlock").env("REDLOCK_HOLDER", &name), LIMIT);
+    closing.join().unwrap();
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    assert!(r.stderr.contains("is gone"), "{}", r.stderr);
+}
+
 /// A lock that cannot be taken prints only `(exit N)`: nothing is assigned, `eval` fails with
 /// the run's status, and `|| exit` ends the script before its steps.
 #[test]
