@@ -41,10 +41,6 @@ pub fn main() -> ExitCode {
         return guard::release_after_death(job);
     }
     let lock = std::env::args_os().nth(1).is_some_and(|a| a == "lock");
-    if !lock {
-        // `lock` forks before anything else runs: no thread may be started before then.
-        detect_cpu_features_aside();
-    }
     let mut holder = false;
     let code = main_status(&mut holder);
     if !holder && code != 0 && (lock || cli::means_lock()) {
@@ -167,15 +163,6 @@ fn main_status(holder: &mut bool) -> u8 {
         holding.failed(code);
     }
     code
-}
-
-/// Has the processor's features looked up on a thread of their own while the command line is
-/// parsed: `memchr`, which parses Redis's first reply, looks them up once per process, and a
-/// run would otherwise do it between the lock's reply and its command's start (the figures
-/// are in BENCHMARKS.md).
-fn detect_cpu_features_aside() {
-    #[cfg(target_arch = "x86_64")]
-    let _ = std::thread::Builder::new().stack_size(16 * 1024).spawn(|| std::is_x86_feature_detected!("avx2"));
 }
 
 /// How many descriptors building the runtime takes: its poller and waker, and the socket pair
