@@ -350,15 +350,17 @@ pub enum SubcommandArg {
     /// --max-runtime, a signal to the holder) and releases the lock within 100 ms of the
     /// script's exit. A script that does not lead its process group (a CI step, sh -c) is
     /// stopped as itself and its descendants instead; setsid -w ./script gives the group
-    /// guarantee. On failure it prints only `(exit N)`, so that eval fails with a run's status.
+    /// guarantee. Only subshells may stand between the script and lock: not timeout or sh -c.
+    /// On failure it prints only `(exit N)`, so that eval fails with a run's status.
     /// A run's options apply, but --idempotency-key, --metrics-file, --no-new-privs and
     /// --busy-exit-code 0.
     Lock(Deferred<Box<LockArgs>>),
     /// Release the lock taken by `lock` in this script
     ///
     /// Finds the holder through REDLOCK_HOLDER; exits 0 once the lock is released, 125 when it
-    /// was lost (or its holder is gone), 64 when this script holds no lock, 77 when the holder
-    /// is another user's.
+    /// was lost (or its holder is gone), 124 or 128+N when the script is being stopped
+    /// (--max-runtime, signal N to the holder), 64 when this script holds no lock, 77 when the
+    /// holder is another user's.
     Unlock(Deferred<UnlockArgs>),
 }
 

@@ -187,6 +187,7 @@ fn relay(report: OwnedFd, holder: Pid, script: &Script) -> u8 {
     let assignments = assignments.get(1..).unwrap_or_default();
     // The parent may have passed the pipe on since it was checked (bash holds the read end of
     // `lock | cat` until it has forked `cat`): the holder lets go of the script, which runs on.
+    parent::wait_until_asleep(script.pid);
     let reader = parent::reader().and_then(|pid| {
         (pid == script.pid).then_some(()).ok_or_else(|| {
             format!("lock's output is now read by {}, not by the script", parent::describe(pid))

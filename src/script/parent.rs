@@ -65,12 +65,27 @@ pub fn reader() -> Result<Pid, String> {
         }
     };
     let mut pid = nix::unistd::getppid();
+    let mut between = Vec::new();
     for _ in 0..=MAX_SUBSHELLS {
         let process = describe(pid);
         match pipe_end(pid, pipe) {
-            Ok(Some(PipeEnd::Read)) => return Ok(pid),
+            Ok(Some(PipeEnd::Read)) => {
+                // A subshell is a fork of the shell: the same program with the same arguments.
+                return match between.into_iter().find(|&w| program(w).is_none_or(|p| Some(p) != program(pid)))
+                {
+                    Some(other) => Err(format!(
+                        "lock's output passes through {}, which is not a subshell of the shell that reads \
+                         it ({process}): run lock itself in the script's $(...)",
+                        describe(other)
+                    )),
+                    None => Ok(pid),
+                };
+            }
             Ok(Some(PipeEnd::Write)) => match stat(pid) {
-                Some(s) => pid = s.parent,
+                Some(s) => {
+                    between.push(pid);
+                    pid = s.parent;
+                }
                 None => return Err(format!("{process} ended before the lock was taken")),
             },
             Ok(None) => {
@@ -89,12 +104,27 @@ pub fn reader() -> Result<Pid, String> {
     Err(format!("lock's output is read by none of its {MAX_SUBSHELLS} nearest ancestors: {HOW}"))
 }
 
+/// Waits (at most a second) until `pid` sleeps: a shell reading `$(...)` sleeps in its read,
+/// while one still running may be about to hand the pipe on.
+pub fn wait_until_asleep(pid: Pid) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while stat(pid).is_some_and(|s| matches!(s.state, b'R' | b'D')) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// "backup.sh, pid 4242", as messages name a process.
 pub fn describe(pid: Pid) -> String {
     match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
         Ok(name) => format!("{}, pid {pid}", name.trim_end()),
         Err(_) => format!("pid {pid}"),
     }
+}
+
+/// What a process runs, its executable and its arguments; `None` if either cannot be read.
+fn program(pid: Pid) -> Option<(std::path::PathBuf, Vec<u8>)> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    Some((exe, std::fs::read(format!("/proc/{pid}/cmdline")).ok()?))
 }
 
 /// How many subshells may stand between the script and this process.
@@ -131,7 +161,12 @@ fn pipe_end(pid: Pid, pipe: u64) -> std::io::Result<Option<PipeEnd>> {
 /// terminal.
 fn interactive(pid: Pid) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-    let mut args = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty()).skip(1);
+    let mut args = cmdline.split(|b| *b == 0).filter(|a| !a.is_empty());
+    // `busybox sh`: the shell is the applet named after busybox.
+    let busybox = args.next().is_some_and(|a| a.rsplit(|b| *b == b'/').next() == Some(&b"busybox"[..]));
+    if busybox {
+        args.next();
+    }
     let has_operand = args.any(|a| !a.starts_with(b"-") && !a.starts_with(b"+"));
     let on_terminal = std::fs::read_link(format!("/proc/{pid}/fd/0"))
         .is_ok_and(|t| t.starts_with("/dev/pts") || t.to_string_lossy().starts_with("/dev/tty"));

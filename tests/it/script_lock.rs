@@ -410,6 +410,69 @@ sys.exit(code)
     assert!(!redis.exists(b"lock:moved"), "released");
 }
 
+/// A reader still running (not waiting on the pipe) when the lock is taken may be about to pass
+/// the pipe on, as a shell that has yet to fork the other end of `lock | cat` is: `lock` waits
+/// until it sleeps, then looks again.
+#[test]
+fn a_reader_that_is_still_running_is_looked_at_again_once_it_waits() {
+    let redis = RedisServer::start();
+    let python = r#"
+import os, subprocess, sys, time
+r, w = os.pipe()
+lock = subprocess.Popen([os.environ["RR"], "lock", "--key", "lock:running"], stdout=w)
+os.close(w)
+# Busy, never asleep, until well after the lock is taken; then the pipe goes to cat.
+deadline = time.monotonic() + 20
+while not open(f"/proc/{lock.pid}/task/{lock.pid}/children").read().strip():
+    assert time.monotonic() < deadline, "no holder"
+busy_until = time.monotonic() + 0.5
+while time.monotonic() < busy_until:
+    pass
+# A fork, as a shell makes for `cat` (Popen would sleep until cat's exec, holding the pipe).
+cat = os.fork()
+if cat == 0:
+    os.dup2(r, 0)
+    os.execvp("cat", ["cat"])
+os.close(r)
+code = lock.wait()
+os.waitpid(cat, 0)
+print("script ran on")
+sys.exit(code)
+"#;
+    let r = run(&mut script(&["python3"], &redis, python), LIMIT);
+    assert_eq!(
+        (r.code, String::from_utf8_lossy(&r.stdout).as_ref()),
+        (64, "(exit 64)\nscript ran on\n"),
+        "{}",
+        r.stderr
+    );
+    assert!(!redis.exists(b"lock:running"), "released");
+}
+
+/// Between the script and `lock` only subshells of the script may stand (`$(lock 2>>log)`): a
+/// program of its own that `lock` runs under (`sh -c`, `timeout`, another script) is not the
+/// script, and the shell reading its output never asked for the lock.
+#[test]
+fn only_subshells_may_stand_between_the_script_and_lock() {
+    let redis = RedisServer::start();
+    for between in
+        [r#"sh -c '"$RR" lock --key lock:between; true'"#, r#"timeout 20 "$RR" lock --key lock:between"#]
+    {
+        let body = format!(
+            r#"out=$({between}); echo "status $? $out"; "$RR" status --key lock:between >/dev/null; echo "held $?""#
+        );
+        let r = run(&mut script(&["bash"], &redis, &body), LIMIT);
+        let stdout = String::from_utf8_lossy(&r.stdout);
+        assert!(stdout.ends_with("(exit 64)\nheld 1\n"), "{between}: {stdout}{}", r.stderr);
+        assert!(r.stderr.contains("not a subshell"), "{between}: {}", r.stderr);
+    }
+    // Subshells are: the script is the shell above them.
+    let dir = tmp();
+    let body = r#"eval "$( ( "$RR" lock --key lock:between 2>>"$LOG" ) )" || exit; "$RR" status --key lock:between >/dev/null; echo "held $?""#;
+    let r = run(script(&["bash"], &redis, body).env("LOG", file(&dir, "log")), LIMIT);
+    assert_eq!(String::from_utf8_lossy(&r.stdout), "held 0\n", "{}", r.stderr);
+}
+
 /// An interactive shell is refused (a lost lock would end the session) unless
 /// `--allow-interactive`.
 #[test]
@@ -417,9 +480,13 @@ fn an_interactive_shell_needs_allow_interactive() {
     let redis = RedisServer::start();
     let dir = tmp();
     let out = file(&dir, "out");
-    for (flag, expected) in [("", "64\n"), ("--allow-interactive", "0 held\n")] {
-        let mut shell = Command::new("bash");
-        shell.args(["--norc", "--noprofile", "-i"]).env("RR", bin()).env("REDLOCK_REDIS_URL", redis.url());
+    // busybox's shell is `busybox sh`: the applet's name is no script's.
+    let mut interactive = vec![vec!["bash", "--norc", "--noprofile", "-i"]];
+    interactive.extend(shells().into_iter().filter(|s| s[0] == "busybox").map(|s| [s, vec!["-i"]].concat()));
+    let cases = [("", "64\n"), ("--allow-interactive", "0 held\n")];
+    for ((flag, expected), argv) in cases.iter().flat_map(|c| interactive.iter().map(move |a| (c, a))) {
+        let mut shell = Command::new(argv[0]);
+        shell.args(&argv[1..]).env("RR", bin()).env("REDLOCK_REDIS_URL", redis.url());
         let (mut child, mut master) = spawn_on_pty(&mut shell);
         use std::io::Write;
         let line = format!(
@@ -428,7 +495,7 @@ fn an_interactive_shell_needs_allow_interactive() {
         );
         master.write_all(line.as_bytes()).unwrap();
         let text = read_when_present(&out, Duration::from_secs(10));
-        assert_eq!(text, expected, "{flag:?}");
+        assert_eq!(&text, expected, "{argv:?} {flag:?}");
         let _ = std::fs::remove_file(&out);
         wait_bounded(&mut child, LIMIT);
         // Before the shell's fixture is dropped, which would kill the holder that releases.
@@ -489,8 +556,7 @@ fn a_stopped_holder_cannot_let_its_script_outlive_the_lease() {
     wait_bounded(&mut s, LIMIT);
 }
 
-/// A signal to `lock` itself while it waits (`timeout`, `kill`) ends it with 128+N, and the
-/// script does not go on.
+/// A signal to `lock` itself while it waits ends it with 128+N, and the script does not go on.
 #[test]
 fn a_signal_to_a_waiting_lock_ends_the_script() {
     let redis = RedisServer::start();
@@ -499,26 +565,23 @@ fn a_signal_to_a_waiting_lock_ends_the_script() {
     let mut other = hold_until(&redis, ["--key", "lock:signalled"], &go);
     assert!(wait_until(LIMIT, || redis.exists(b"lock:signalled")), "held by another run");
     for shell in &shells()[..2] {
-        let body = r#"eval "$(timeout -s TERM 1 "$RR" lock --key lock:signalled --wait forever)" || exit
-            echo "not reached""#;
-        let r = run(&mut script(shell, &redis, body), LIMIT);
-        assert_eq!((r.code, r.stdout.as_slice()), (143, &b""[..]), "{}: {}", shell.join(" "), r.stderr);
+        // SIGTERM to `lock` alone (its holder is not in the signal's way): passed on.
+        let body = r#"eval "$("$RR" lock --key lock:signalled --wait forever)" || exit; echo "not reached""#;
+        let mut s = script(shell, &redis, body).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
+        let script_pid = s.id() as i32;
+        let mut pid = None;
+        assert!(wait_until(Duration::from_secs(10), || {
+            pid = children_of(script_pid).into_iter().find(|&p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.windows(5).any(|w| w == b"lock\0"))
+            });
+            pid.is_some() && redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]) == 1
+        }));
+        kill(Pid::from_raw(pid.unwrap()), Signal::SIGTERM).unwrap();
+        let out = wait_output(&mut s, LIMIT);
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(143), &b""[..]), "{shell:?}: {out:?}");
+        assert_eq!(redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]), 0, "nothing left waiting");
     }
-    // SIGTERM to `lock` alone (its holder is not in the signal's way): passed on.
-    let body = r#"eval "$("$RR" lock --key lock:signalled --wait forever)" || exit; echo "not reached""#;
-    let mut s = script(&["bash"], &redis, body).stdout(Stdio::piped()).stderr(Stdio::piped()).start();
-    let lock = s.id() as i32;
-    let mut pid = None;
-    assert!(wait_until(Duration::from_secs(10), || {
-        pid = children_of(lock).into_iter().find(|&p| {
-            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.windows(5).any(|w| w == b"lock\0"))
-        });
-        pid.is_some() && redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]) == 1
-    }));
-    kill(Pid::from_raw(pid.unwrap()), Signal::SIGTERM).unwrap();
-    let out = wait_output(&mut s, LIMIT);
-    assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(143), &b""[..]), "{out:?}");
-    assert_eq!(redis.cmd::<u64>(&[b"ZCARD", b"{lock:signalled}:queue"]), 0, "nothing left waiting");
     std::fs::write(&go, "").unwrap();
     assert!(wait_bounded(&mut other, LIMIT).success());
 }
