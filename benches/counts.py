@@ -18,6 +18,7 @@ left out of the count: how often a process wakes up is the scheduler's business.
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -139,7 +140,19 @@ def read_budgets():
     return budgets, margin
 
 
+def default_signals():
+    # Likewise the dispositions: a signal ignored at start (nohup's SIGHUP, a CI runner's) gets
+    # no handler, and one system call fewer.
+    for sig in signal.valid_signals():
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+
+
 def main():
+    default_signals()
     args = [a for a in sys.argv[1:] if a != "--check"]
     check = "--check" in sys.argv[1:]
     binary = os.path.abspath(args[0] if args else os.path.join(ROOT, "target", "release", "redlock-run"))
