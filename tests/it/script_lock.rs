@@ -382,53 +382,27 @@ fn a_reader_that_passes_the_pipe_on_is_found_before_the_assignments() {
     let redis = RedisServer::start();
     // Busy for a while, so that the pipe changes hands while `lock` waits.
     let _: () = redis.cmd(&[b"SET", b"lock:moved", b"other", b"PX", b"1500"]);
-    let python = r#"
-import os, subprocess, sys, time
-r, w = os.pipe()
-lock = subprocess.Popen([os.environ["RR"], "lock", "--key", "lock:moved", "--wait", "20s"], stdout=w)
-os.close(w)
-# lock has checked its reader once it has forked its holder.
-deadline = time.monotonic() + 20
-while not open(f"/proc/{lock.pid}/task/{lock.pid}/children").read().strip():
-    assert time.monotonic() < deadline, "no holder"
-    time.sleep(0.01)
-cat = subprocess.Popen(["cat"], stdin=r)
-os.close(r)
-code = lock.wait()
-cat.wait()
-print("script ran on")
-sys.exit(code)
-"#;
-    let r = run(&mut script(&["python3"], &redis, python), LIMIT);
-    assert_eq!(
-        (r.code, String::from_utf8_lossy(&r.stdout).as_ref()),
-        (64, "(exit 64)\nscript ran on\n"),
-        "{}",
-        r.stderr
-    );
+    // lock has checked its reader once it has forked its holder.
+    let r = pipe_handed_on(&redis, "lock:moved --wait 20s", "time.sleep(0.01)", "");
     assert!(r.stderr.contains("does not read them"), "{}", r.stderr);
     assert!(!redis.exists(b"lock:moved"), "released");
 }
 
-/// A reader still running (not waiting on the pipe) when the lock is taken may be about to pass
-/// the pipe on, as a shell that has yet to fork the other end of `lock | cat` is: `lock` waits
-/// until it sleeps, then looks again.
-#[test]
-fn a_reader_that_is_still_running_is_looked_at_again_once_it_waits() {
-    let redis = RedisServer::start();
-    let python = r#"
+/// A python script runs `lock ARGS` with its stdout on a pipe, waits until `lock` has forked
+/// its holder (`waiting` each time it looks), runs `then`, and hands the pipe's read end to
+/// `cat` by a fork (as a shell does for `lock | cat`). `lock` must refuse and the script run on.
+fn pipe_handed_on(redis: &RedisServer, args: &str, waiting: &str, then: &str) -> Run {
+    let python = format!(
+        r#"
 import os, subprocess, sys, time
 r, w = os.pipe()
-lock = subprocess.Popen([os.environ["RR"], "lock", "--key", "lock:running"], stdout=w)
+lock = subprocess.Popen([os.environ["RR"], "lock", "--key", *"{args}".split()], stdout=w)
 os.close(w)
-# Busy, never asleep, until well after the lock is taken; then the pipe goes to cat.
 deadline = time.monotonic() + 20
-while not open(f"/proc/{lock.pid}/task/{lock.pid}/children").read().strip():
+while not open(f"/proc/{{lock.pid}}/task/{{lock.pid}}/children").read().strip():
     assert time.monotonic() < deadline, "no holder"
-busy_until = time.monotonic() + 0.5
-while time.monotonic() < busy_until:
-    pass
-# A fork, as a shell makes for `cat` (Popen would sleep until cat's exec, holding the pipe).
+    {waiting}
+{then}
 cat = os.fork()
 if cat == 0:
     os.dup2(r, 0)
@@ -438,14 +412,28 @@ code = lock.wait()
 os.waitpid(cat, 0)
 print("script ran on")
 sys.exit(code)
-"#;
-    let r = run(&mut script(&["python3"], &redis, python), LIMIT);
+"#
+    );
+    let r = run(&mut script(&["python3"], redis, &python), LIMIT);
     assert_eq!(
         (r.code, String::from_utf8_lossy(&r.stdout).as_ref()),
         (64, "(exit 64)\nscript ran on\n"),
         "{}",
         r.stderr
     );
+    r
+}
+
+/// A reader still running (not waiting on the pipe) when the lock is taken may be about to pass
+/// the pipe on, as a shell that has yet to fork the other end of `lock | cat` is: `lock` waits
+/// until it sleeps, then looks again.
+#[test]
+fn a_reader_that_is_still_running_is_looked_at_again_once_it_waits() {
+    let redis = RedisServer::start();
+    // Busy, never asleep, until well after the lock is taken; then the pipe goes to cat (a
+    // fork: Popen would sleep until cat's exec, holding the pipe).
+    let busy = "busy_until = time.monotonic() + 0.5\nwhile time.monotonic() < busy_until:\n    pass";
+    pipe_handed_on(&redis, "lock:running", "pass", busy);
     assert!(!redis.exists(b"lock:running"), "released");
 }
 
