@@ -73,7 +73,7 @@ impl Cli {
         let sub = matches.subcommand_matches("lock").map(kind_from_env);
         let mut cli = Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))?;
         if cli.action.is_none()
-            && let Some(sub @ ("lock" | "unlock")) = first_operand(&args).and_then(|w| w.to_str())
+            && let Some(sub @ ("lock" | "unlock")) = first_operand(&cmd, &args).and_then(|w| w.to_str())
         {
             // As a command to run it would run a program of that name, and a script's
             // `eval "$(…)"` would go on without the lock if there is none.
@@ -130,8 +130,7 @@ pub fn value_from_variable(flag: &str) -> Option<String> {
 
 /// The first word of `args` (argv, the program first) that is neither an option nor an
 /// option's value, before any `--`: a subcommand, or the command to run.
-fn first_operand(args: &[OsString]) -> Option<&std::ffi::OsStr> {
-    let cmd = Cli::command();
+fn first_operand<'a>(cmd: &clap::Command, args: &'a [OsString]) -> Option<&'a std::ffi::OsStr> {
     let takes_value = |a: &clap::Arg| a.get_action().takes_values();
     let long_takes = |name: &str| cmd.get_arguments().any(|a| a.get_long() == Some(name) && takes_value(a));
     let short_takes = |c: char| cmd.get_arguments().any(|a| a.get_short() == Some(c) && takes_value(a));
@@ -169,7 +168,7 @@ pub fn means_lock() -> bool {
     let lock_among_options = args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "lock");
     first == Some("lock")
         || first.and_then(mistyped_subcommand) == Some("lock")
-        || (lock_among_options && first_operand(&args).is_some_and(|w| w == "lock"))
+        || (lock_among_options && first_operand(&Cli::command(), &args).is_some_and(|w| w == "lock"))
 }
 
 /// The words a first argument may be meant as: the subcommands, and `help`.
