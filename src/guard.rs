@@ -39,6 +39,8 @@ pub struct Guard {
     /// members last told, each with its start time.
     tree: Option<(Member, Vec<Member>)>,
     no_lock: bool,
+    /// Why the last exec of a guardian failed, said once one is forked instead.
+    exec_failed: Option<std::io::Error>,
 }
 
 impl Guard {
@@ -60,6 +62,7 @@ impl Guard {
             command: None,
             tree: None,
             no_lock: false,
+            exec_failed: None,
         }
     }
 
@@ -75,13 +78,27 @@ impl Guard {
         }
     }
 
+    /// The guard of what may be a run, its guardian exec'd at once where that is cheap
+    /// ([`sys::CHEAP_EXEC`]): before the command line is parsed, so that the guardian's start
+    /// overlaps all of the wrapper's own (BENCHMARKS.md). Not a run after all (`--help`, a usage
+    /// error): dropped, it dismisses the guardian.
+    pub fn before_parsing() -> Option<Guard> {
+        if !sys::CHEAP_EXEC {
+            return None;
+        }
+        let mut guard = Guard::new();
+        guard.start();
+        Some(guard)
+    }
+
     /// Execs the guardian now, if none runs: it starts on another CPU while the run goes on.
-    /// Failing is not reported: one is forked before the command, or the run says why not.
+    /// Failing is said only with `-v`, and only if the command is about to start: one is forked
+    /// then, or the run says why not.
     pub fn start(&mut self) {
         if self.guardian.is_none() {
             match sys::Guardian::exec(self.ticket.as_ref().map(|t| t.as_fd())) {
                 Ok(guardian) => self.adopt(guardian),
-                Err(e) => tracing::debug!("the guardian cannot be exec'd: {e}"),
+                Err(e) => self.exec_failed = Some(e),
             }
         }
     }
@@ -123,6 +140,9 @@ impl Guard {
 
     /// Forks a guardian in place of the current one (see [`Guard::ready`]).
     pub fn fork(&mut self, argv: &[OsString]) -> Result<(), Error> {
+        if let Some(e) = self.exec_failed.take() {
+            tracing::debug!("the guardian cannot be exec'd: {e}");
+        }
         self.guardian = None;
         let guardian = sys::Guardian::fork(self.ticket.as_ref().map(|t| t.as_fd())).map_err(|e| {
             let program = argv.first().map_or(std::ffi::OsStr::new(""), |p| p.as_os_str());
@@ -293,6 +313,7 @@ impl Guard {
             command: None,
             tree: None,
             no_lock: false,
+            exec_failed: None,
         }
     }
 

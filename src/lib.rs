@@ -41,8 +41,12 @@ pub fn main() -> ExitCode {
         return guard::release_after_death(job);
     }
     let lock = std::env::args_os().nth(1).is_some_and(|a| a == "lock");
+    // Not for a subcommand: `lock` forks its holder first, the others guard nothing.
+    let early = if cli::starts_with_subcommand() { None } else { guard::Guard::before_parsing() };
     let mut holder = false;
-    let code = main_status(&mut holder);
+    let code = main_status(&mut holder, early);
+    // A guardian started for what turned out not to be a run is not left a zombie either.
+    guard::reap();
     if !holder && code != 0 && (lock || cli::means_lock()) {
         // Whatever stopped `lock`, the script that evaluates its output must not go on.
         script::print_failing(code);
@@ -51,8 +55,9 @@ pub fn main() -> ExitCode {
 }
 
 /// The exit status; `holder`: set in a script's holder (see [`script::begin`]), whose `lock`
-/// process tells the script.
-fn main_status(holder: &mut bool) -> u8 {
+/// process tells the script. `early`: a run's guard, its guardian already started
+/// ([`guard::Guard::before_parsing`]); dropped, it dismisses its guardian.
+fn main_status(holder: &mut bool, early: Option<guard::Guard>) -> u8 {
     let cli = match cli::Cli::from_args() {
         Ok(cli) => cli,
         // --help and --version; in a script's `eval "$(redlock-run lock --help)"`, on stderr and
@@ -122,10 +127,19 @@ fn main_status(holder: &mut bool) -> u8 {
     };
     let guard = match &invocation {
         config::Invocation::Run(config) | config::Invocation::Lock { config, .. } => {
-            let mut guard = guard::Guard::new();
-            // Its exec takes longer than all the run does before it takes the lock: started
-            // first, the guardian runs by then. Not before --jitter's sleep (`run`).
+            // Nothing runs beside a run that sleeps first (--jitter): its guardian starts after
+            // the sleep (`run`).
+            let mut guard = match early {
+                Some(early) if config.jitter.is_zero() => early,
+                early => {
+                    drop(early);
+                    guard::reap();
+                    guard::Guard::new()
+                }
+            };
             if config.jitter.is_zero() {
+                // A holder's (`lock`): its exec takes longer than all the run does before it
+                // takes the lock; started first, the guardian runs by then.
                 guard.start_early();
             }
             Some(guard)

@@ -31,7 +31,7 @@ pub enum Target<'h> {
 }
 
 /// `guard`: the run's guard, its guardian started already where that is cheap (see
-/// [`Guard::start_early`]).
+/// [`Guard::before_parsing`]).
 pub async fn run(config: Config, target: Target<'_>, guard: Guard) -> Result<u8, Error> {
     let mut report = Report::default();
     let result = run_with_report(&config, &mut report, target, guard).await;

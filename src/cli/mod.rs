@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 pub mod generate;
 mod parse;
 
-pub use parse::{Stop, means_lock, value_from_variable};
+pub use parse::{Stop, means_lock, starts_with_subcommand, value_from_variable};
 
 /// The epilogue of `-h`: where the rest is.
 const AFTER_SHORT_HELP: &str = "\

@@ -174,6 +174,11 @@ pub fn means_lock() -> bool {
 /// The words a first argument may be meant as: the subcommands, and `help`.
 const SUBCOMMAND_WORDS: [&str; 5] = ["status", "release", "lock", "unlock", "help"];
 
+/// Whether the command line starts with a subcommand (or `help`), before it is parsed.
+pub fn starts_with_subcommand() -> bool {
+    std::env::args_os().nth(1).is_some_and(|first| SUBCOMMAND_WORDS.iter().any(|w| first == *w))
+}
+
 /// `help`, `help status`, `help release`, as `--help` at their level (clap's own help
 /// subcommand would also get a man page and completions of its own).
 fn help_args(args: &[OsString], cmd: &clap::Command) -> Result<Vec<OsString>, clap::Error> {
