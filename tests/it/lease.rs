@@ -865,6 +865,40 @@ fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
     assert!(shared > 0, "kcmp(KCMP_VM) = {shared}: the guardian shares its wrapper's memory");
 }
 
+/// The exec'd guardian may run on the CPUs its wrapper may run on: it is started on another CPU
+/// than the wrapper's (where the kernel would queue it behind the wrapper), then given the
+/// wrapper's set back.
+#[test]
+fn the_guardian_may_run_where_its_wrapper_may() {
+    let cpus = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_owned())
+    };
+    let mine = cpus(std::process::id()).expect("Cpus_allowed_list");
+    if !mine.contains([',', '-']) {
+        return; // one CPU: nowhere else to start the guardian
+    }
+    let redis = RedisServer::start();
+    let _: () = redis.cmd(&[b"SET", b"lock:cpus", b"someone-else", b"PX", b"60000"]);
+    let mut waiter = redlock(&redis)
+        .args(["-k", "lock:cpus", "--wait", "30s", "--", "true"])
+        .stderr(Stdio::null())
+        .start();
+    let guardian = find_guardian(waiter.id(), -1);
+    let theirs = guardian.map(|g| {
+        let renamed =
+            || std::fs::read_to_string(format!("/proc/{g}/comm")).is_ok_and(|c| c.trim() == "redlock-run");
+        wait_until(Duration::from_secs(5), renamed);
+        wait_until(Duration::from_secs(2), || cpus(g as u32) == cpus(waiter.id()));
+        (cpus(g as u32), cpus(waiter.id()))
+    });
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    let (guardian, wrapper) = theirs.expect("found the guardian");
+    assert_eq!(wrapper.as_deref(), Some(mine.as_str()));
+    assert_eq!(guardian, wrapper, "the guardian's CPUs");
+}
+
 /// A run that finds the lock busy, at once or after waiting, leaves no guardian behind (it may
 /// have started one: with the run in a static build, when it began to wait in every build).
 #[test]

@@ -146,6 +146,7 @@ impl Guardian {
         // that write no memory the wrapper uses, and ends in exec or _exit. No CLONE_VFORK: the
         // wrapper does not wait for the exec.
         let pid = unsafe { clone_blocked(guardian_exec, (&raw mut *exec).cast(), &stack, 0) }?;
+        steer_off_this_cpu(pid);
         Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
     }
 
@@ -356,6 +357,39 @@ pub fn reap_guardians() {
     }
 }
 
+/// Moves a guardian just cloned to the wrapper's other CPUs, if it has any: the kernel often
+/// queues a new process on its parent's CPU, where it would wait for the wrapper to block before
+/// it could exec, while another CPU idles. The exec'd guardian takes the wrapper's CPUs back
+/// ([`guardian_role`]).
+fn steer_off_this_cpu(pid: libc::pid_t) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: an all-zero cpu_set_t is an empty set; the calls read and write only the set they
+    // are given, of the size given. Failing, the guardian just starts where the kernel put it.
+    unsafe {
+        let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+        let here = libc::sched_getcpu();
+        if here < 0 || libc::sched_getaffinity(0, size, &mut cpus) != 0 {
+            return;
+        }
+        libc::CPU_CLR(here as usize, &mut cpus);
+        if libc::CPU_COUNT(&cpus) > 0 {
+            libc::sched_setaffinity(pid, size, &cpus);
+        }
+    }
+}
+
+/// Gives an exec'd guardian its wrapper's CPUs back (see [`steer_off_this_cpu`]).
+fn take_the_wrappers_cpus(wrapper: libc::pid_t) {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: as in `steer_off_this_cpu`. A wrapper gone already leaves the set as it is.
+    unsafe {
+        let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(wrapper, size, &mut cpus) == 0 {
+            libc::sched_setaffinity(0, size, &cpus);
+        }
+    }
+}
+
 /// A connected pair of Unix stream sockets, close-on-exec: ours, the guardian's.
 fn socket_pair() -> io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -506,6 +540,7 @@ pub fn guardian_role() -> Option<Releaser> {
     // (an exec through /proc/self/exe would be named "exe").
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"redlock-run".as_ptr(), 0, 0, 0) };
+    take_the_wrappers_cpus(wrapper);
     // SAFETY: a process of its own, exec'd for this: nothing else runs in it.
     unsafe { guard(Fds { socket, stderr, ticket }, wrapper, open_max(), true) }
 }
