@@ -381,10 +381,11 @@ fn steer_off_this_cpu(pid: libc::pid_t) {
 /// Gives an exec'd guardian its wrapper's CPUs back (see [`steer_off_this_cpu`]).
 fn take_the_wrappers_cpus(wrapper: libc::pid_t) {
     let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: as in `steer_off_this_cpu`. A wrapper gone already leaves the set as it is.
+    // SAFETY: as in `steer_off_this_cpu`. A wrapper gone already (its pid maybe another
+    // process's by now) leaves the set as it is.
     unsafe {
         let mut cpus: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(wrapper, size, &mut cpus) == 0 {
+        if libc::getppid() == wrapper && libc::sched_getaffinity(wrapper, size, &mut cpus) == 0 {
             libc::sched_setaffinity(0, size, &cpus);
         }
     }
