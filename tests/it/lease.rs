@@ -866,37 +866,51 @@ fn the_guardian_is_a_process_of_its_own_named_for_what_it_is() {
 }
 
 /// The exec'd guardian may run on the CPUs its wrapper may run on: it is started on another CPU
-/// than the wrapper's (where the kernel would queue it behind the wrapper), then given the
-/// wrapper's set back.
+/// than the wrapper's (where the kernel would queue it behind the wrapper), and given the
+/// wrapper's set back once it runs, before the command starts. Here a run that waits, which
+/// execs its guardian in every build, under strace where there is one, which holds each of the
+/// wrapper's `sched_setaffinity` calls back by 20 ms: the guardian's start never overtakes them.
 #[test]
 fn the_guardian_may_run_where_its_wrapper_may() {
-    let cpus = |pid: u32| {
+    let cpus = |pid: i32| {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_owned())
     };
-    let mine = cpus(std::process::id()).expect("Cpus_allowed_list");
+    let mine = cpus(std::process::id() as i32).expect("Cpus_allowed_list");
     if !mine.contains([',', '-']) {
         return; // one CPU: nowhere else to start the guardian
     }
     let redis = RedisServer::start();
-    let _: () = redis.cmd(&[b"SET", b"lock:cpus", b"someone-else", b"PX", b"60000"]);
-    let mut waiter = redlock(&redis)
-        .args(["-k", "lock:cpus", "--wait", "30s", "--", "true"])
+    let dir = tmp();
+    let pidfile = file(&dir, "pid");
+    let _: () = redis.cmd(&[b"SET", b"lock:cpus", b"someone-else", b"PX", b"300"]);
+    let slow = ["strace", "-o", "/dev/null", "-e", "trace=sched_setaffinity"];
+    let slow = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success()).then_some(slow);
+    let mut cmd = Command::new(slow.map_or(bin(), |s| s[0]));
+    default_signals(&mut cmd);
+    if let Some(slow) = slow {
+        cmd.args(&slow[1..]).args(["-e", "inject=sched_setaffinity:delay_enter=20000", bin()]);
+    }
+    let mut waiter = cmd
+        .args(["--redis-url", &redis.url(), "-k", "lock:cpus", "--wait", "30s", "--"])
+        .args(recorded("exec sleep 100"))
+        .env("PIDFILE", &pidfile)
         .stderr(Stdio::null())
         .start();
-    let guardian = find_guardian(waiter.id(), -1);
-    let theirs = guardian.map(|g| {
-        let renamed =
-            || std::fs::read_to_string(format!("/proc/{g}/comm")).is_ok_and(|c| c.trim() == "redlock-run");
-        wait_until(Duration::from_secs(5), renamed);
-        wait_until(Duration::from_secs(2), || cpus(g as u32) == cpus(waiter.id()));
-        (cpus(g as u32), cpus(waiter.id()))
-    });
+    let pgid = recorded_pid(&pidfile);
+    // The command's parent: the wrapper (strace's child, under strace).
+    let stat = std::fs::read_to_string(format!("/proc/{pgid}/stat")).unwrap_or_default();
+    let wrapper = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<i32>().ok());
+    let seen = wrapper.and_then(|w| Some((cpus(find_guardian(w as u32, pgid)?), cpus(w))));
+    if let Some(w) = wrapper {
+        let _ = kill(Pid::from_raw(w), Signal::SIGKILL);
+    }
     let _ = waiter.kill();
     let _ = waiter.wait();
-    let (guardian, wrapper) = theirs.expect("found the guardian");
+    let _ = kill(Pid::from_raw(-pgid), Signal::SIGKILL);
+    let (guardian, wrapper) = seen.expect("found the wrapper and its guardian");
     assert_eq!(wrapper.as_deref(), Some(mine.as_str()));
-    assert_eq!(guardian, wrapper, "the guardian's CPUs");
+    assert_eq!(guardian, wrapper, "the guardian's CPUs once the command runs");
 }
 
 /// A run that finds the lock busy, at once or after waiting, leaves no guardian behind (it may

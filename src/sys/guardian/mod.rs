@@ -62,11 +62,14 @@ pub struct Guardian {
 }
 
 /// What an exec'd guardian's process uses in the wrapper's memory until its exec, kept until
-/// it says it runs (or has exited).
-#[expect(dead_code, reason = "held, not read: their memory must stay until then")]
+/// it says it runs (or has exited), and the CPUs to give it back then.
 struct Starting {
+    #[expect(dead_code, reason = "held, not read: its memory must stay until then")]
     stack: CloneStack,
+    #[expect(dead_code, reason = "held, not read: its memory must stay until then")]
     exec: Box<GuardianExec>,
+    /// The wrapper's CPUs, where it was started on others (see [`steer_off_this_cpu`]).
+    cpus: Option<libc::cpu_set_t>,
 }
 
 /// How long the members of the command's group may take to die after SIGKILL before the
@@ -146,8 +149,8 @@ impl Guardian {
         // that write no memory the wrapper uses, and ends in exec or _exit. No CLONE_VFORK: the
         // wrapper does not wait for the exec.
         let pid = unsafe { clone_blocked(guardian_exec, (&raw mut *exec).cast(), &stack, 0) }?;
-        steer_off_this_cpu(pid);
-        Ok(Guardian { socket, starting: Some(Starting { stack, exec }), pid })
+        let cpus = steer_off_this_cpu(pid);
+        Ok(Guardian { socket, starting: Some(Starting { stack, exec, cpus }), pid })
     }
 
     /// Forks the guardian, right before the command (where it is not exec'd): it runs at once.
@@ -180,10 +183,13 @@ impl Guardian {
         if self.starting.is_some() && news != 0 {
             // It said it runs, or it is gone (its end closed): either way its process has left
             // the wrapper's memory, and what it used there can go.
-            self.starting = None;
+            let cpus = self.starting.take().and_then(|s| s.cpus);
             let mut said = [0u8; 1];
             if nix::unistd::read(&self.socket, &mut said) != Ok(1) || said[0] != RUNS {
                 return Ready::Gone;
+            }
+            if let Some(cpus) = cpus {
+                give_back_cpus(self.pid, &cpus);
             }
         }
         if news & (libc::POLLHUP | libc::POLLERR) != 0 {
@@ -359,36 +365,29 @@ pub fn reap_guardians() {
 
 /// Moves a guardian just cloned to the wrapper's other CPUs, if it has any: the kernel often
 /// queues a new process on its parent's CPU, where it would wait for the wrapper to block before
-/// it could exec, while another CPU idles. The exec'd guardian takes the wrapper's CPUs back
-/// ([`guardian_role`]).
-fn steer_off_this_cpu(pid: libc::pid_t) {
+/// it could exec, while another CPU idles. → The wrapper's CPUs, to give back once the guardian
+/// says it runs ([`Guardian::ready`]; the guardian itself could take them back before the move).
+fn steer_off_this_cpu(pid: libc::pid_t) -> Option<libc::cpu_set_t> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: an all-zero cpu_set_t is an empty set; the calls read and write only the set they
-    // are given, of the size given. Failing, the guardian just starts where the kernel put it.
+    // SAFETY: an all-zero cpu_set_t is an empty set; the calls read and write only the sets
+    // they are given, of the size given. Failing, the guardian just starts where the kernel
+    // put it.
     unsafe {
-        let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
         let here = libc::sched_getcpu();
-        if here < 0 || libc::sched_getaffinity(0, size, &mut cpus) != 0 {
-            return;
+        if here < 0 || libc::sched_getaffinity(0, size, &mut all) != 0 {
+            return None;
         }
-        libc::CPU_CLR(here as usize, &mut cpus);
-        if libc::CPU_COUNT(&cpus) > 0 {
-            libc::sched_setaffinity(pid, size, &cpus);
-        }
+        let mut others = all;
+        libc::CPU_CLR(here as usize, &mut others);
+        (libc::CPU_COUNT(&others) > 0 && libc::sched_setaffinity(pid, size, &others) == 0).then_some(all)
     }
 }
 
-/// Gives an exec'd guardian its wrapper's CPUs back (see [`steer_off_this_cpu`]).
-fn take_the_wrappers_cpus(wrapper: libc::pid_t) {
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: as in `steer_off_this_cpu`. A wrapper gone already (its pid maybe another
-    // process's by now) leaves the set as it is.
-    unsafe {
-        let mut cpus: libc::cpu_set_t = std::mem::zeroed();
-        if libc::getppid() == wrapper && libc::sched_getaffinity(wrapper, size, &mut cpus) == 0 {
-            libc::sched_setaffinity(0, size, &cpus);
-        }
-    }
+/// Gives the guardian `pid`, a child not yet reaped, the wrapper's CPUs `cpus` back.
+fn give_back_cpus(pid: libc::pid_t, cpus: &libc::cpu_set_t) {
+    // SAFETY: reads only the set it is given, of its size.
+    unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), cpus) };
 }
 
 /// A connected pair of Unix stream sockets, close-on-exec: ours, the guardian's.
@@ -541,7 +540,6 @@ pub fn guardian_role() -> Option<Releaser> {
     // (an exec through /proc/self/exe would be named "exe").
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe { libc::prctl(libc::PR_SET_NAME, c"redlock-run".as_ptr(), 0, 0, 0) };
-    take_the_wrappers_cpus(wrapper);
     // SAFETY: a process of its own, exec'd for this: nothing else runs in it.
     unsafe { guard(Fds { socket, stderr, ticket }, wrapper, open_max(), true) }
 }
