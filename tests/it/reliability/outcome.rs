@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::failovers::{FAILOVER_LIMIT, Failover, WHOLE_LIMIT};
-use super::harness::{Disruption, Injected, MonitorReport, RunRecord, Timing};
+use super::harness::{COMPLETED, Disruption, Injected, MonitorReport, RunRecord, Timing};
 use super::{SLACK, ms};
 use crate::support::oracle::{self, OracleReport};
 
@@ -308,7 +308,7 @@ impl SoakOutcome {
         }
         assert!(victims >= 1, "no fault that must stop a command found one to stop; {ctx}");
         let completed = self.runs.iter().filter(|r| r.status == Ok(0)).count();
-        assert!(completed >= 8, "only {completed} runs completed: {:?}; {ctx}", self.statuses());
+        assert!(completed >= COMPLETED, "only {completed} runs completed: {:?}; {ctx}", self.statuses());
         assert!(self.monitored.samples >= 100, "the monitor sampled {} times", self.monitored.samples);
     }
 
