@@ -92,7 +92,7 @@ impl Guard {
     }
 
     /// Execs the guardian now, if none runs: it starts on another CPU while the run goes on.
-    /// Failing is said only with `-v`, and only if the command is about to start: one is forked
+    /// Failing is said only with `-vv`, and only if the command is about to start: one is forked
     /// then, or the run says why not.
     pub fn start(&mut self) {
         if self.guardian.is_none() {
