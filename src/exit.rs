@@ -41,7 +41,7 @@ pub const TABLE: [(&str, &str); 12] = [
     ),
     (
         "70",
-        "internal error, or this host out of resources (file descriptors, memory) where Redis is not to blame — e.g. a wrapper started with nearly every descriptor of its open-file limit already taken",
+        "internal error, or this host out of resources (file descriptors, memory) where Redis is not to blame — e.g. a wrapper started with nearly every descriptor of its open-file limit already taken; help, the version or a generated document that cannot be written to stdout (a full disk)",
     ),
     ("75", "the lock is held by someone else (`--busy-exit-code`)"),
     (

@@ -66,10 +66,7 @@ fn main_status(holder: &mut bool, early: Option<guard::Guard>) -> u8 {
             eprint!("{}", stop.text());
             return exit::status::USAGE;
         }
-        Err(stop) if stop.is_help() => {
-            stop.print();
-            return exit::status::SUCCESS;
-        }
+        Err(stop) if stop.is_help() => return print_out(&stop.text()),
         Err(stop) => {
             // A mistyped variable may be why (REDLOCK_KYE: then --key is missing).
             eprint!("{}{}", config::env::mistyped_lines(), stop.usage_error());
@@ -237,8 +234,15 @@ fn report(e: exit::Error, format: config::LogFormat) -> u8 {
 /// `--generate`: the page or script on stdout (this is no run: there is no command's stdout to
 /// keep clean).
 fn print_docs(kind: cli::Generate) -> u8 {
+    print_out(&cli::generate::render(kind))
+}
+
+/// Writes help, the version or a generated document on stdout; one that cannot be written
+/// (a full disk) is a failure, not a silent success.
+fn print_out(text: &str) -> u8 {
     use std::io::Write;
-    match std::io::stdout().lock().write_all(cli::generate::render(kind).as_bytes()) {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => exit::status::SUCCESS,
         // A reader that had enough (`| head`).
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::status::SUCCESS,

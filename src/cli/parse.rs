@@ -23,11 +23,6 @@ impl Stop {
         self.0.render().to_string()
     }
 
-    /// Prints the help or version text on stdout, as clap does.
-    pub fn print(&self) {
-        let _ = self.0.print();
-    }
-
     /// The usage error, as the wrapper says it (`redlock-run: error: …`).
     pub fn usage_error(&self) -> String {
         usage_error(&self.0)

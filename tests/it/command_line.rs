@@ -4,6 +4,7 @@
 //! is one.
 
 use std::os::unix::fs::PermissionsExt;
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::*;
@@ -290,4 +291,27 @@ fn a_mistyped_variable_is_named_with_the_one_meant() {
         "{}",
         r.stderr
     );
+}
+
+/// Help, the version and a generated document that cannot be written (stdout on a full disk)
+/// fail with 70 and say so, as any output the tool could not deliver; a reader that had enough
+/// (`| head`) is no failure.
+#[test]
+fn help_that_cannot_be_written_is_a_failure() {
+    for args in [&["--help"][..], &["-h"], &["--version"], &["help", "status"], &["--generate", "man"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+        let mut process =
+            wrapper().args(args).stdin(Stdio::null()).stdout(full).stderr(Stdio::piped()).start();
+        let out = wait_output(&mut process, LIMIT);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{args:?}: {stderr}");
+        assert!(stderr.contains("cannot write to stdout"), "{args:?}: {stderr}");
+
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let mut process =
+            wrapper().args(args).stdin(Stdio::null()).stdout(writer).stderr(Stdio::piped()).start();
+        let out = wait_output(&mut process, LIMIT);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
