@@ -161,6 +161,8 @@ fn main_status(holder: &mut bool, early: Option<guard::Guard>) -> u8 {
             }
         }
     });
+    // The connections close while a dismissed guardian exits, rather than after it.
+    drop(runtime);
     // No guardian left a zombie for an init that may never reap it.
     guard::reap();
     let code = match result {
