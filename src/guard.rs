@@ -536,18 +536,17 @@ impl Reader<'_> {
 
 /// The releaser's whole run: exec'd by a guardian whose wrapper died, it gives the lock back —
 /// only once the guardian has found the command's group certainly dead — and leaves the queue.
-pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
-    use std::process::ExitCode;
+pub fn release_after_death(job: sys::Releaser) -> u8 {
     if job.ticket.is_empty() {
         // Written before the first request to Redis: the wrapper died before it asked for anything.
-        return ExitCode::from(status::SUCCESS);
+        return status::SUCCESS;
     }
     let Some(ticket) = Ticket::decode(&job.ticket) else {
         eprintln!(
             "redlock-run: the wrapper (pid {}) died; its lock expires by itself (unreadable ticket)",
             job.wrapper
         );
-        return ExitCode::from(status::INTERNAL);
+        return status::INTERNAL;
     };
     let _log = crate::logging::init(ticket.output);
     // Its lines are about the dead wrapper's run: its keys, and its holder as the value says.
@@ -571,10 +570,10 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
              itself within --ttl ({})",
             humantime::format_duration(ticket.ttl)
         );
-        return ExitCode::from(status::INTERNAL);
+        return status::INTERNAL;
     }
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-        return ExitCode::from(status::INTERNAL);
+        return status::INTERNAL;
     };
     runtime.block_on(async {
         let nodes = match ticket.redis.nodes().iter().map(Conn::new).collect::<Result<Vec<_>, _>>() {
@@ -609,7 +608,7 @@ pub fn release_after_death(job: sys::Releaser) -> std::process::ExitCode {
         );
         crate::release::release(&mut lock, keep, false, acquired, None).await;
     });
-    ExitCode::from(status::SUCCESS)
+    status::SUCCESS
 }
 
 #[cfg(test)]

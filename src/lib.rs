@@ -28,10 +28,8 @@ mod supervise;
 #[allow(unsafe_code)]
 mod sys;
 
-use std::process::ExitCode;
-
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
-pub fn main() -> ExitCode {
+pub fn main() -> u8 {
     // Nothing of this process under /proc (its environment, the ticket's memory file) is for
     // the command, which runs as the same user; its exec makes the command dumpable again.
     let _ = nix::sys::prctl::set_dumpable(false);
@@ -51,7 +49,15 @@ pub fn main() -> ExitCode {
         // Whatever stopped `lock`, the script that evaluates its output must not go on.
         script::print_failing(code);
     }
-    ExitCode::from(code)
+    code
+}
+
+/// [`main`] for an entry point of the binary's own, in place of std's (the glibc build's:
+/// `main.rs`), setting up first what std's would have.
+#[cfg(target_env = "gnu")]
+pub fn main_without_std_start() -> u8 {
+    sys::as_std_starts();
+    main()
 }
 
 /// The exit status; `holder`: set in a script's holder (see [`script::begin`]), whose `lock`
