@@ -28,6 +28,10 @@ mod supervise;
 #[allow(unsafe_code)]
 mod sys;
 
+/// For the binary's own entry point (`main.rs`), in place of std's start-up, before [`main`].
+#[doc(hidden)]
+pub use sys::as_std_starts;
+
 /// Parses the command line, runs, and returns the exit status; every diagnostic goes to stderr.
 pub fn main() -> u8 {
     // Nothing of this process under /proc (its environment, the ticket's memory file) is for
@@ -38,7 +42,7 @@ pub fn main() -> u8 {
     if let Some(job) = sys::guardian_role() {
         return guard::release_after_death(job);
     }
-    let lock = std::env::args_os().nth(1).is_some_and(|a| a == "lock");
+    let lock = sys::args_os().nth(1).is_some_and(|a| a == "lock");
     // Not for a subcommand: `lock` forks its holder first, the others guard nothing.
     let early = if cli::starts_with_subcommand() { None } else { guard::Guard::before_parsing() };
     let mut holder = false;
@@ -50,14 +54,6 @@ pub fn main() -> u8 {
         script::print_failing(code);
     }
     code
-}
-
-/// [`main`] for an entry point of the binary's own, in place of std's (the glibc build's:
-/// `main.rs`), setting up first what std's would have.
-#[cfg(target_env = "gnu")]
-pub fn main_without_std_start() -> u8 {
-    sys::as_std_starts();
-    main()
 }
 
 /// The exit status; `holder`: set in a script's holder (see [`script::begin`]), whose `lock`

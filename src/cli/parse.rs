@@ -37,7 +37,7 @@ impl Cli {
     }
 
     fn parse_args() -> Result<Cli, clap::Error> {
-        let mut args: Vec<OsString> = std::env::args_os().collect();
+        let mut args: Vec<OsString> = crate::sys::args_os().collect();
         let mut cmd = Cli::command();
         if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
             if first == "help" {
@@ -114,7 +114,7 @@ pub fn value_from_variable(flag: &str) -> Option<String> {
     let mut args = cmd.get_arguments().chain(cmd.get_subcommands().flat_map(|s| s.get_arguments()));
     let arg = args.find(|a| a.get_long() == Some(long))?;
     let var = arg.get_env()?.to_str()?.to_owned();
-    let given = std::env::args_os().skip(1).take_while(|a| a != "--").any(|a| {
+    let given = crate::sys::args_os().skip(1).take_while(|a| a != "--").any(|a| {
         let a = a.to_string_lossy();
         a == format!("--{long}")
             || a.starts_with(&format!("--{long}="))
@@ -156,7 +156,7 @@ fn first_operand<'a>(cmd: &clap::Command, args: &'a [OsString]) -> Option<&'a st
 /// Whether the command line asks for `lock`, even mistyped or placed after options: its
 /// failure must then end the script that evaluates its output (see `script::print_failing`).
 pub fn means_lock() -> bool {
-    let args: Vec<OsString> = std::env::args_os().collect();
+    let args: Vec<OsString> = crate::sys::args_os().collect();
     let first = args.get(1).and_then(|a| a.to_str());
     // The definition is built (`first_operand`) only when the word is there at all: this runs
     // as every failing run exits.
@@ -171,7 +171,7 @@ const SUBCOMMAND_WORDS: [&str; 5] = ["status", "release", "lock", "unlock", "hel
 
 /// Whether the command line starts with a subcommand (or `help`), before it is parsed.
 pub fn starts_with_subcommand() -> bool {
-    std::env::args_os().nth(1).is_some_and(|first| SUBCOMMAND_WORDS.iter().any(|w| first == *w))
+    crate::sys::args_os().nth(1).is_some_and(|first| SUBCOMMAND_WORDS.iter().any(|w| first == *w))
 }
 
 /// `help`, `help status`, `help release`, as `--help` at their level (clap's own help
@@ -274,16 +274,25 @@ fn summary(cmd: clap::Command) -> clap::Command {
 /// and reports `-5`): the word before the first of the wrapper's own arguments that starts
 /// with `arg`, and that argument.
 fn option_before(arg: &str) -> Option<(String, String)> {
-    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+    let args: Vec<String> = own_arguments();
     let at = args.iter().position(|a| a.starts_with(arg))?;
     let option = args.get(at.checked_sub(1)?)?;
     option.starts_with('-').then(|| (option.clone(), args[at].clone()))
 }
 
+/// The wrapper's own arguments (those before `--`), as text.
+fn own_arguments() -> Vec<String> {
+    crate::sys::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|a| a != "--")
+        .collect()
+}
+
 /// `status` or `release` among the wrapper's own arguments, but not first: the user meant the
 /// subcommand and put an option before it, which makes it the command to run instead.
 fn late_subcommand() -> Option<String> {
-    let args: Vec<String> = std::env::args().skip(1).take_while(|a| a != "--").collect();
+    let args: Vec<String> = own_arguments();
     args.iter().skip(1).find(|a| matches!(a.as_str(), "status" | "release" | "lock" | "unlock")).cloned()
 }
 

@@ -1,6 +1,6 @@
 //! The operating-system calls that need `unsafe` or must run between fork and exec, one file
 //! per mechanism: the command's spawn, the guardian beside it, a script's holder, the terminal, signal
-//! dispositions, resource limits, the glibc build's start, and the per-processor bare system call they rest on.
+//! dispositions, resource limits, the program's start and its command line, and the per-processor bare system call they rest on.
 
 mod arch;
 mod clone;
@@ -9,7 +9,6 @@ mod guardian;
 mod limits;
 mod script;
 mod spawn;
-#[cfg(target_env = "gnu")]
 mod start;
 mod terminal;
 
@@ -20,8 +19,7 @@ pub use guardian::{
 pub use limits::enough_descriptors;
 pub use script::{fork_holder, hide_arguments, pidfd_open, readable, stdio_to_null};
 pub use spawn::{GuardianGone, Launch, become_subreaper, found_on_path, spawn};
-#[cfg(target_env = "gnu")]
-pub use start::as_std_starts;
+pub use start::{args_os, as_std_starts};
 pub use terminal::{
     foreground_terminal, give_terminal_to, stderr_columns, stderr_in_foreground, terminal_group,
 };

@@ -315,3 +315,16 @@ fn help_that_cannot_be_written_is_a_failure() {
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// A usage error among arguments that are not UTF-8 (odd bytes in a key, say) is still a usage
+/// error with its hint, not a panic.
+#[test]
+fn a_usage_error_beside_bytes_that_are_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"lock:\xff");
+    for args in [&["--ttl", "-5s"][..], &["--bogus", "status"]] {
+        let r = run(wrapper().args(["--key".as_ref(), odd]).args(args).args(["--", "true"]), LIMIT);
+        assert_eq!(r.code, 64, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("redlock-run: error:"), "{args:?}: {}", r.stderr);
+    }
+}

@@ -296,6 +296,17 @@ fn every_exit_status_comes_from_exit_rs() {
     }
 }
 
+/// The binary starts through its own entry point, not std's (`main.rs`), and on musl std then
+/// has no command line to give: it is read through `sys::args_os` only.
+#[test]
+fn the_command_line_is_read_through_sys() {
+    for m in modules().iter().filter(|m| !m.test_only && m.path != ["sys", "start"]) {
+        for std_args in ["env::args()", "env::args_os()"] {
+            assert!(!m.code.contains(std_args), "{} reads std::{std_args}: use sys::args_os()", m.file);
+        }
+    }
+}
+
 #[test]
 fn no_file_of_the_tool_is_longer_than_700_lines() {
     for m in modules().iter().filter(|m| !m.test_only) {

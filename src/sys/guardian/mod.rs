@@ -512,7 +512,7 @@ pub fn monotonic_ns() -> i64 {
 /// gets its job. Otherwise `None` at once: a run starts.
 pub fn guardian_role() -> Option<Releaser> {
     use std::os::unix::ffi::OsStrExt;
-    let mut args = std::env::args_os();
+    let mut args = super::args_os();
     let arg0 = args.next()?;
     let number = |arg: Option<std::ffi::OsString>| arg?.to_str()?.parse::<i64>().ok();
     if arg0.as_bytes() == RELEASER_ARGV0.to_bytes() {
