@@ -542,10 +542,10 @@ pub fn release_after_death(job: sys::Releaser) -> u8 {
         return status::SUCCESS;
     }
     let Some(ticket) = Ticket::decode(&job.ticket) else {
-        eprintln!(
-            "redlock-run: the wrapper (pid {}) died; its lock expires by itself (unreadable ticket)",
+        crate::logging::say(&format!(
+            "redlock-run: the wrapper (pid {}) died; its lock expires by itself (unreadable ticket)\n",
             job.wrapper
-        );
+        ));
         return status::INTERNAL;
     };
     let _log = crate::logging::init(ticket.output);

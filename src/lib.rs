@@ -65,13 +65,13 @@ fn main_status(holder: &mut bool, early: Option<guard::Guard>) -> u8 {
         // --help and --version; in a script's `eval "$(redlock-run lock --help)"`, on stderr and
         // failing, so that the script neither runs the text nor goes on without the lock.
         Err(stop) if stop.is_help() && cli::means_lock() && script::evaluated() => {
-            eprint!("{}", stop.text());
+            logging::say(&stop.text());
             return exit::status::USAGE;
         }
         Err(stop) if stop.is_help() => return print_out(&stop.text()),
         Err(stop) => {
             // A mistyped variable may be why (REDLOCK_KYE: then --key is missing).
-            eprint!("{}{}", config::env::mistyped_lines(), stop.usage_error());
+            logging::say(&format!("{}{}", config::env::mistyped_lines(), stop.usage_error()));
             return exit::status::USAGE;
         }
     };
@@ -251,7 +251,7 @@ fn print_out(text: &str) -> u8 {
         // A reader that had enough (`| head`).
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => exit::status::SUCCESS,
         Err(e) => {
-            eprintln!("redlock-run: error: cannot write to stdout: {e}");
+            logging::say(&format!("redlock-run: error: cannot write to stdout: {e}\n"));
             exit::status::INTERNAL
         }
     }

@@ -37,6 +37,13 @@ const QUEUE: usize = 1024;
 /// How long the wrapper waits at exit for queued lines to reach stderr.
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
+/// Writes `text` to stderr as it is, for what is said before the subscriber exists (usage
+/// errors). A stderr that cannot be written (a pipe whose reader is gone) loses the text, and
+/// the exit status still says what happened; `eprint!` would panic instead.
+pub fn say(text: &str) {
+    let _ = io::stderr().lock().write_all(text.as_bytes());
+}
+
 /// Installs the subscriber. Keep the guard until exit: dropping it flushes (bounded).
 pub fn init(output: Output) -> Flusher {
     let level = match output.verbosity {

@@ -328,3 +328,20 @@ fn a_usage_error_beside_bytes_that_are_not_utf8_is_a_usage_error() {
         assert!(r.stderr.contains("redlock-run: error:"), "{args:?}: {}", r.stderr);
     }
 }
+
+/// A usage error on a stderr whose reader is gone (a closed pipe) is still a usage error (64),
+/// not a panic, and `lock`'s still prints the line that ends the script that evaluates it.
+#[test]
+fn a_usage_error_on_a_stderr_nobody_reads_is_still_a_usage_error() {
+    for args in [&["--bogus"][..], &["--key", "k"], &["statsu", "--key", "k"], &["lock", "--bogus"]] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let mut process =
+            wrapper().args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(writer).start();
+        let out = wait_output(&mut process, LIMIT);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {:?}", out.status);
+        if args[0] == "lock" {
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "(exit 64)\n", "{args:?}");
+        }
+    }
+}
