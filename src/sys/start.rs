@@ -44,6 +44,10 @@ pub unsafe fn as_std_starts(argc: libc::c_int, argv: *const *const libc::c_char)
                 _ => libc::abort(),
             }
         };
+        // poll says POLLNVAL of an O_PATH descriptor too, which is open: left as it is, or
+        // /dev/null would land on a descriptor above 2 and be passed on to the command.
+        let closed: [bool; 3] =
+            std::array::from_fn(|fd| closed[fd] && libc::fcntl(fd as libc::c_int, libc::F_GETFD) == -1);
         // Each open takes the lowest free descriptor: the closed ones, in order.
         for _ in closed.iter().filter(|&&c| c) {
             if libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) == -1 {

@@ -482,6 +482,45 @@ fn closed_stdio_is_dev_null_for_the_command_and_the_run_still_works() {
     assert!(!redis.exists(b"lock:closed"), "released");
 }
 
+/// An O_PATH descriptor as stdout (open, though nothing can be written through it) is left as
+/// it is: no /dev/null is opened in its place, to be passed on to the command above descriptor 2.
+#[test]
+fn an_o_path_stdout_is_left_as_it_is() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let seen = file(&dir, "fds");
+    let path = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_PATH)
+        .open(dir.path())
+        .expect("an O_PATH descriptor");
+    let script = "ls -l /proc/$$/fd > \"$SEEN\"";
+    let mut cmd = redlock(&redis);
+    cmd.args(["-k", "lock:o-path", "--", "sh", "-c", script]).env("SEEN", &seen);
+    let mut process = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(path)))
+        .stderr(std::process::Stdio::piped())
+        .start();
+    let out = wait_output(&mut process, LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let fds = std::fs::read_to_string(&seen).expect("the command's descriptors");
+    let leaked: Vec<&str> = fds
+        .lines()
+        .filter_map(|l| l.split_once(" -> "))
+        // Opened for reading and writing, as the wrapper's start opens it (the shell's own
+        // copies are read-only).
+        .filter(|(fd, to)| {
+            *to == "/dev/null"
+                && fd.starts_with("lrwx")
+                && fd.rsplit(' ').next().and_then(|n| n.parse::<u32>().ok()) > Some(2)
+        })
+        .map(|(fd, _)| fd)
+        .collect();
+    assert!(leaked.is_empty(), "/dev/null passed on above descriptor 2: {fds}");
+}
+
 /// Switches set through the environment take only the words docs/GUIDE.md lists (any case;
 /// empty is off): anything else is a usage error naming the variable, never a silent on.
 #[test]
