@@ -16,25 +16,20 @@ pub fn ignored_at_start(sig: Signal) -> bool {
 }
 
 /// The signals the new process sets back to their default before its exec (bit N − 1 for
-/// signal N): those with a handler of the wrapper's, and SIGPIPE, which the Rust runtime
-/// ignores (a command expects it at its default; signals ignored when the wrapper started stay
-/// ignored). Zero: not noted, and the spawn looks at every signal itself.
+/// signal N): those with a handler of the wrapper's, and SIGPIPE, which the wrapper ignores as
+/// it starts (`start.rs`; a command expects it at its default; signals ignored when the wrapper
+/// started stay ignored). Zero: not noted, and the spawn looks at every signal itself.
 pub(super) static HANDLERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Notes which signals have a handler (see [`HANDLERS`]): `installed`, the wrapper's own, and
-/// those the Rust runtime may have (it handles SIGSEGV and SIGBUS where they were at their
-/// default, for its stack-overflow message). Called once the handlers are installed, so that
-/// the spawn does not look at every signal's disposition between the lock and the command.
+/// Notes which signals have a handler (see [`HANDLERS`]): `installed`, the wrapper's own, the
+/// only ones (the program starts without std's stack-overflow handler: `start.rs`). Called once
+/// the handlers are installed, so that the spawn does not look at every signal's disposition
+/// between the lock and the command.
 pub fn note_handlers(installed: impl IntoIterator<Item = Signal>) {
     let bit = |sig: libc::c_int| 1u64 << (sig - 1);
     let mut mask = bit(libc::SIGPIPE);
     for sig in installed {
         mask |= bit(sig as libc::c_int);
-    }
-    for sig in [libc::SIGSEGV, libc::SIGBUS] {
-        if has_handler(sig) {
-            mask |= bit(sig);
-        }
     }
     HANDLERS.store(mask, std::sync::atomic::Ordering::Relaxed);
 }

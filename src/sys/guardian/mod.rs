@@ -421,8 +421,8 @@ extern "C" fn guardian_exec(arg: *mut libc::c_void) -> libc::c_int {
         let exec = &*arg.cast::<GuardianExec>();
         // Not the wrapper's stdout and stderr (this process's copies of them): what runs before
         // the guardian closes them (a dynamic loader that is not this program, say) must not
-        // write there. The exec'd program finds them closed, and the Rust runtime opens
-        // /dev/null in their place.
+        // write there. The exec'd program finds them closed, and its start opens /dev/null in
+        // their place (`start.rs`).
         for fd in [1, 2] {
             bare_syscall(libc::SYS_fcntl, fd, libc::F_SETFD as usize, libc::FD_CLOEXEC as usize);
         }
