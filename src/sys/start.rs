@@ -24,33 +24,17 @@ static ARGV: AtomicPtr<*const libc::c_char> = AtomicPtr::new(std::ptr::null_mut(
 pub unsafe fn as_std_starts(argc: libc::c_int, argv: *const *const libc::c_char) {
     ARGC.store(argc as isize, Ordering::Relaxed);
     ARGV.store(argv.cast_mut(), Ordering::Relaxed);
-    // SAFETY: poll reads and writes only the three pollfd it is given; open and signal take a
-    // NUL-terminated path and a plain disposition. Where they fail, std's own start-up aborts.
+    // SAFETY: fcntl only reads a descriptor's flags; open and signal take a NUL-terminated path
+    // and a plain disposition. Where they fail, std's own start-up aborts.
     unsafe {
-        let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
-        let closed: [bool; 3] = loop {
-            if libc::poll(fds.as_mut_ptr(), 3, 0) != -1 {
-                break fds.map(|p| p.revents & libc::POLLNVAL != 0);
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                // No room for poll's own needs: one descriptor at a time.
-                Some(libc::EINVAL | libc::EAGAIN | libc::ENOMEM) => {
-                    break [0, 1, 2].map(|fd| {
-                        libc::fcntl(fd, libc::F_GETFD) == -1
-                            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
-                    });
-                }
-                _ => libc::abort(),
-            }
-        };
-        // poll says POLLNVAL of an O_PATH descriptor too, which is open: left as it is, or
-        // /dev/null would land on a descriptor above 2 and be passed on to the command.
-        let closed: [bool; 3] =
-            std::array::from_fn(|fd| closed[fd] && libc::fcntl(fd as libc::c_int, libc::F_GETFD) == -1);
-        // Each open takes the lowest free descriptor: the closed ones, in order.
-        for _ in closed.iter().filter(|&&c| c) {
-            if libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) == -1 {
+        // F_GETFD, not poll as std does: poll also says POLLNVAL of an open O_PATH descriptor,
+        // and /dev/null would then land above 2 and be passed on to the command. In order, each
+        // open takes the lowest free descriptor: the one just found closed.
+        for fd in 0..3 {
+            if libc::fcntl(fd, libc::F_GETFD) == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF)
+                && libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) != fd
+            {
                 libc::abort();
             }
         }
