@@ -100,9 +100,9 @@ pub struct Lock {
     grant: Duration,
     /// The first key's fence counter as the last busy answer found it (`None`: absent).
     seen: Option<i64>,
-    /// This run waited in a queue: others are likely queued behind it, for its release to
-    /// hand the lock to, which only the full script does.
-    queued: bool,
+    /// Waiters are likely queued for this lock, for its release to hand it to, which only the
+    /// full script does: this run waited in the queue itself, or its watch saw a queue.
+    waiters: bool,
     /// By node: whether it may hold the lock (granted it, did not answer in time, or was never
     /// asked by this process). A Redlock node that refused or could not be reached when the
     /// lock was taken holds nothing for the release to give back.
@@ -137,7 +137,7 @@ impl Lock {
             kind,
             grant: Duration::ZERO,
             seen: None,
-            queued: false,
+            waiters: false,
             may_hold: vec![true; nodes_len],
         })
     }
@@ -156,7 +156,7 @@ impl Lock {
     /// the lock over to a waiter and leaves the queue.
     pub fn adopt(mut self, value: String) -> Self {
         self.value = value;
-        self.queued = true;
+        self.waiters = true;
         self
     }
 
@@ -265,13 +265,14 @@ impl Lock {
         Ok(matches!(self.on_majority(&scripts, "renewed").await?, Holding::Ours { .. }))
     }
 
-    /// Runs one script per group on every node, each answering `{1[, left ms]}` (every key of
-    /// the group holds our value) or `{0, key}`: ours when a majority holds them all, lost as
-    /// soon as a majority no longer can; a key gone on a minority is a warning.
+    /// Runs one script per group on every node, each answering `{1[, left ms[, queued]]}` (every
+    /// key of the group holds our value; `queued` 1: waiters are queued) or `{0, key}`: ours when
+    /// a majority holds them all, lost as soon as a majority no longer can; a key gone on a
+    /// minority is a warning.
     async fn on_majority(&mut self, scripts: &[Call], done: &str) -> Result<Holding, Fault> {
         let n = self.nodes.len();
         let quorum = quorum(n);
-        let Lock { nodes, keys, groups, .. } = self;
+        let Lock { nodes, keys, groups, waiters, .. } = self;
         let groups = &*groups;
         // One round trip per node: the groups (one, but for keys in several Cluster slots) at
         // once. A node answers with the key it no longer holds, if any.
@@ -280,8 +281,10 @@ impl Lock {
             .map(|node| async move {
                 node.arm().await?;
                 let mut soonest: Option<Duration> = None;
+                let mut queued = false;
                 for (script, group) in scripts.iter().zip(groups) {
                     let reply = call(node, script).await?;
+                    queued |= replies::int(reply.get(2)) == Some(1);
                     if replies::int(reply.first()) != Some(1) {
                         let at = replies::int(reply.get(1)).and_then(|i| usize::try_from(i).ok());
                         return Ok(Err(at
@@ -294,7 +297,7 @@ impl Lock {
                         soonest = Some(soonest.map_or(left, |s| s.min(left)));
                     }
                 }
-                Ok::<Result<Option<Duration>, usize>, Fault>(Ok(soonest))
+                Ok::<Result<(Option<Duration>, bool), usize>, Fault>(Ok((soonest, queued)))
             })
             .collect();
         let (mut held, mut lost) = (0, 0);
@@ -302,8 +305,9 @@ impl Lock {
         let mut faults = Vec::new();
         while let Some(answer) = pending.next().await {
             match answer {
-                Ok(Ok(left)) => {
+                Ok(Ok((left, queued))) => {
                     held += 1;
+                    *waiters |= queued;
                     expires_in = match (expires_in, left) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),

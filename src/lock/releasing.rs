@@ -35,7 +35,7 @@ impl Lock {
     ) -> Result<(Released, Recorded), Fault> {
         // Only a queue hands over.
         let grant = if self.queues() { self.grant } else { Duration::ZERO };
-        let Lock { nodes, keys, groups: all, value, record, ttl, kind, queued, may_hold, .. } = self;
+        let Lock { nodes, keys, groups: all, value, record, ttl, kind, waiters, may_hold, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
         let announce = nodes.len() > 1;
         let cluster = nodes[0].is_cluster();
@@ -45,7 +45,7 @@ impl Lock {
             .map(|group| {
                 let record = record.as_ref().filter(|_| succeeded && group.contains(&0));
                 let lean = (*kind == Kind::Exclusive
-                    && !*queued
+                    && !*waiters
                     && group.len() == 1
                     && record.is_none()
                     && keep.is_zero()

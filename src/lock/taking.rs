@@ -172,7 +172,7 @@ impl Lock {
             self.arrival = new_arrival;
         }
         self.seen = new_seen;
-        self.queued |= join && (queued.is_some() || !busy.is_empty());
+        self.waiters |= join && (queued.is_some() || !busy.is_empty());
         let granted = granted_by.len();
         let (busy_answers, queued_answer, done_answer) = (busy.len(), queued.is_some(), done.is_some());
         if granted >= quorum && done.is_none() {

@@ -3,9 +3,9 @@
 //! ended, is heard at once. The renewal loop (`renew.rs`) owns the watch and decides what a
 //! notice leads to; this is what it asks of the lock.
 
-use redis::{PushKind, Value};
+use redis::{PushInfo, PushKind, Value};
 
-use super::{Call, Fault, Holding, Lock, scripts};
+use super::{Call, Conn, Fault, Holding, Keys, Lock, scripts};
 
 /// What Redis said that may mean the lock is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +31,10 @@ impl Lock {
         }
     }
 
-    /// The watch is over (the command ended): new links are plain again.
+    /// The watch is over (the command ended): new links are plain again. What it heard of
+    /// waiters is kept for the release.
     pub fn unwatch(&mut self) {
+        self.drain_notices();
         for node in &mut self.nodes {
             node.untrack();
         }
@@ -42,34 +44,42 @@ impl Lock {
     /// read (the fence counter, the queue) are skipped. Never resolves without tracking.
     pub async fn notice(&mut self) -> Notice {
         loop {
-            let Lock { nodes, keys, .. } = &mut *self;
             let (push, _, _) =
-                futures_util::future::select_all(nodes.iter_mut().map(|n| Box::pin(n.pushed()))).await;
-            match push.kind {
-                PushKind::Disconnection => return Notice::Disconnected,
-                PushKind::Invalidate => {
-                    let ours = match push.data.first() {
-                        // A flush (FLUSHALL, FLUSHDB) names no key.
-                        Some(Value::Nil) | None => true,
-                        Some(Value::Array(names)) => names.iter().any(
-                            |name| matches!(name, Value::BulkString(b) if keys.iter().any(|k| k.lock == *b)),
-                        ),
-                        Some(_) => false,
-                    };
-                    if ours {
-                        return Notice::Invalidated;
-                    }
-                }
-                _ => {}
+                futures_util::future::select_all(self.nodes.iter_mut().map(|n| Box::pin(n.pushed()))).await;
+            if let Some(notice) = self.heard(&push) {
+                return notice;
             }
         }
     }
 
+    /// What `push` says of this lock, if anything; a queue that changed means waiters came.
+    fn heard(&mut self, push: &PushInfo) -> Option<Notice> {
+        match push.kind {
+            PushKind::Disconnection => Some(Notice::Disconnected),
+            PushKind::Invalidate => match push.data.first() {
+                // A flush (FLUSHALL, FLUSHDB) names no key.
+                Some(Value::Nil) | None => Some(Notice::Invalidated),
+                Some(Value::Array(names)) => {
+                    let named = |of: fn(&Keys) -> &Vec<u8>| {
+                        names.iter().any(
+                            |n| matches!(n, Value::BulkString(b) if self.keys.iter().any(|k| of(k) == b)),
+                        )
+                    };
+                    self.waiters |= named(|k| &k.queue);
+                    named(|k| &k.lock).then_some(Notice::Invalidated)
+                }
+                Some(_) => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Forgets the notices heard so far (a check that follows answers for them), each link's
-    /// end taken into account.
+    /// end taken into account, but not the waiters they told of.
     pub fn drain_notices(&mut self) {
-        for node in &mut self.nodes {
-            node.drain_pushes();
+        let pushes: Vec<PushInfo> = self.nodes.iter_mut().flat_map(Conn::drain_pushes).collect();
+        for push in &pushes {
+            self.heard(push);
         }
     }
 
@@ -82,7 +92,7 @@ impl Lock {
             .map(|group| {
                 let mut script = scripts::HELD.prepare_invoke();
                 for &i in group {
-                    script.key(&self.keys[i].lock);
+                    script.key(&self.keys[i].lock).key(&self.keys[i].queue);
                 }
                 script.arg(self.value.as_str());
                 Call { lean: None, full: script }

@@ -52,10 +52,12 @@ impl Conn {
     }
 
     /// Takes every message pushed so far, without waiting.
-    pub fn drain_pushes(&mut self) {
+    pub fn drain_pushes(&mut self) -> Vec<PushInfo> {
+        let mut pushes = Vec::new();
         while let Some(push) = self.pushes.as_mut().and_then(|p| p.try_recv().ok()) {
-            self.heard(push);
+            pushes.push(self.heard(push));
         }
+        pushes
     }
 
     pub(super) fn heard(&mut self, push: PushInfo) -> PushInfo {
