@@ -21,6 +21,7 @@ use crate::renew::Renewer;
 use crate::script::ScriptHolder;
 use crate::signals::Signals;
 use crate::supervise::{Held, StopReason, supervise};
+use crate::sys;
 
 /// What the lock is held for.
 pub enum Target<'h> {
@@ -194,6 +195,9 @@ async fn run_with_report(
         );
     } else {
         let command_status = ended.command_code.filter(|_| matches!(target, Target::Command));
+        if lock.has_waiters() {
+            sys::defer_on_wakeup();
+        }
         let releasing = release(&mut lock, keep, ended.code == 0, acquired, command_status);
         let ((gave, record), ()) = tokio::join!(releasing, async {
             // Polled first, the release has handed its request to the connection's task, which

@@ -166,6 +166,12 @@ impl Lock {
         self.grant = grant;
     }
 
+    /// Whether waiters are likely queued for this lock, for its release to hand it to: this run
+    /// queued itself, or its watch found a queue or heard one change.
+    pub fn has_waiters(&self) -> bool {
+        self.waiters
+    }
+
     /// Whether a release can hand the lock over to this run while it waits: it queues, for
     /// one key, exclusive, with no success record to check first.
     pub fn takes_handover(&self) -> bool {
