@@ -315,6 +315,33 @@ fn a_holder_that_knows_of_a_waiter_hands_over_in_one_request() {
     assert_eq!(before, Some(1), "the holder's release, with a waiter queued before its watch began");
 }
 
+/// A release that hands the lock over does not announce it free on `{KEY}:released`, where
+/// runs that do not queue listen (it is held again); the last release, which leaves it free,
+/// does.
+#[test]
+fn a_lock_handed_over_is_not_announced_free() {
+    let redis = RedisServer::start();
+    let dir = tmp();
+    let (go, out) = (file(&dir, "go"), file(&dir, "out"));
+    let key = "lock:announced";
+    let mut listener = redis.conn();
+    let mut announced = listener.as_pubsub();
+    announced.subscribe(format!("{{{key}}}:released")).expect("SUBSCRIBE");
+    announced.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+    let mut holder = holder(&redis, key, &go);
+    let mut w = waiter(&redis, key, 1, &out, &["-v"]);
+    assert!(wait_until(LIMIT, || queue_len(&redis, key) == 1), "queued");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    let o = wait_output(&mut w, LIMIT);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("handed_over=true"), "{stderr}");
+    // Every message has come by now; the read timeout ends the count.
+    let messages = (0..10).map_while(|_| announced.get_message().ok()).count();
+    assert_eq!(messages, 1, "the waiter's release alone");
+}
+
 /// A waiter whose --ttl (1 s) is shorter than the hand-over (the holder's kill-grace, 5 s, +
 /// 1 s), cut off from Redis 100 ms after its command starts: its first renewal cut the key
 /// down to its own TTL, and so its deadline; its command is dead before the key expires and

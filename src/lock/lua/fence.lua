@@ -1,6 +1,6 @@
 -- Lua helpers for fences. Lua numbers are doubles, exact only up to 2^53, so fences travel as
--- the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back)
--- and are compared as such: `less(a, b)` for canonical integers (no leading zeros).
+-- the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back
+-- when it is past the time) and are compared as such: `less(a, b)` for canonical integers (no leading zeros).
 -- `now_us()`: the server clock in microseconds, as a decimal string. `bump(counter, ttl)`: the
 -- next fence, `max(counter + 1, server time in µs)`, stored with that TTL (→ `nil` and the
 -- error when the counter cannot be bumped).
@@ -23,13 +23,13 @@ end
 local function bump(counter, ttl)
   local bumped = redis.pcall('INCR', counter)
   if type(bumped) == 'table' then return nil, bumped['err'] end
-  local fence = redis.call('GET', counter)
   local now = now_us()
-  if less(fence, now) then
+  -- Exact below 2^53, and counters past it are above any time in µs: only those are read back.
+  if bumped < tonumber(now) then
     redis.call('SET', counter, now, 'PX', ttl)
     return now
   end
   redis.call('PEXPIRE', counter, ttl)
-  return fence
+  return redis.call('GET', counter)
 end
 -- luacheck: pop

@@ -3,8 +3,8 @@
 -- record if any. ARGV: value, keep ms, announce always ("1" for a Redlock quorum, whose
 -- waiters listen on one node only), record value, record ttl ms, grant ms ("0": never hand
 -- over), fence ttl ms, then each key's release channel and wake prefix.
--- → `{recorded, outcome, …}`, one outcome per key: 1 deleted (and the lock handed over, or the
---   waiters that can now hold woken; the release announced); 2 kept for `keep ms` more
+-- → `{recorded, outcome, …}`, one outcome per key: 1 deleted (and the lock handed over; or
+--   the waiters that can now hold woken, and the release announced); 2 kept for `keep ms` more
 --   (`--min-hold`); 0 not ours, left untouched. The success record, when a key is given, is
 --   written whoever holds the lock: the command did succeed. `recorded` is the error writing
 --   it, or 0.
@@ -24,9 +24,10 @@
 -- process, a host gone without closing its connection) holds up the queue no longer than that.
 local n = (#ARGV - 7) / 2
 local value, keep, grant_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[6])
--- Takes the free lock for its first live waiter, if that one listens for it; → whether it did.
-local function hand_over(lock, fence, q, e, h, prefix)
-  if grant_ms <= 0 or redis.call('TYPE', lock)['ok'] ~= 'none' or not queue_ok(q, e) then
+-- Takes the lock, if free (`freed`: known to be), for its first live waiter, if that one
+-- listens for it; → whether it did.
+local function hand_over(freed, lock, fence, q, e, h, prefix)
+  if grant_ms <= 0 or not (freed or redis.call('TYPE', lock)['ok'] == 'none') or not queue_ok(q, e) then
     return false
   end
   local t = redis.call('TYPE', h)['ok']
@@ -88,10 +89,12 @@ for i = 1, n do
   if outcome == 1 then
     -- Announcing is a courtesy to waiters; an ACL without channel rights must not fail the release.
     -- (With no queue there is no one to hand the lock to or to wake: both would find no one.)
-    if redis.call('EXISTS', q) == 1 and not hand_over(lock, fence, q, e, h, prefix) then
-      wake_ready(lock, q, e, prefix)
+    -- Handed over, the lock is held again: no one is told it is free.
+    local queued = redis.call('EXISTS', q) == 1
+    if not (queued and hand_over(t == 'string', lock, fence, q, e, h, prefix)) then
+      if queued then wake_ready(lock, q, e, prefix) end
+      redis.pcall('PUBLISH', channel, 'released')
     end
-    redis.pcall('PUBLISH', channel, 'released')
   elseif outcome == 0 and ARGV[3] == '1' then
     redis.pcall('PUBLISH', channel, 'released')
   end
