@@ -35,9 +35,10 @@ impl Lock {
     ) -> Result<(Released, Recorded), Fault> {
         // Only a queue hands over.
         let grant = if self.queues() { self.grant } else { Duration::ZERO };
-        let Lock { nodes, keys, groups: all, value, record, ttl, kind, waiters, may_hold, .. } = self;
+        let Lock { nodes, keys, groups: all, value, record, ttl, kind, waiters, may_hold, held, .. } = self;
         // Waiters of a quorum listen on one node, which may not have held our lock.
-        let announce = nodes.len() > 1;
+        let several = nodes.len() > 1;
+        let announce = several && *held;
         let cluster = nodes[0].is_cluster();
         let release = Release { keep, announce, grant, fence_ttl: fence_ttl(*ttl) };
         let scripts: Vec<_> = all[groups]
@@ -49,7 +50,7 @@ impl Lock {
                     && group.len() == 1
                     && record.is_none()
                     && keep.is_zero()
-                    && !announce)
+                    && !several)
                     .then(|| {
                         let k = &keys[group[0]];
                         let mut script = scripts::RELEASE_ONE.key(&k.lock);

@@ -189,6 +189,7 @@ impl Lock {
                 for (i, may_hold) in self.may_hold.iter_mut().enumerate() {
                     *may_hold = granted_by.contains(&i) || self.nodes[i].unanswered();
                 }
+                self.held = true;
                 return Ok(Acquired::Yes { fences, lease: Lease::new(sent, self.ttl) });
             }
             faults.push(Fault::Unavailable("could not raise the fence counter on a majority".into()));

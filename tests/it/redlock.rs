@@ -337,3 +337,28 @@ fn a_quorum_counts_what_answered_and_a_minority_is_not_a_majority() {
     assert!(r.stderr.contains("written on 1 of 3 nodes, 2 needed"), "{}", r.stderr);
     assert!(std::fs::read_to_string(&metrics).unwrap().contains("outcome=\"unrecorded\"} 1"));
 }
+
+/// A waiter on a quorum waits for an announced release, or else tries again within 2 s: its own
+/// failed attempt, which took nothing, announces nothing. (It did, on every node, and the
+/// waiter, listening, woke to its own announcement: thousands of requests a second.)
+#[test]
+fn a_waiter_does_not_wake_itself() {
+    let nodes = nodes(3);
+    let dir = tmp();
+    let go = file(&dir, "go");
+    let mut holder =
+        quorum(&nodes).args(["-k", "lock:wait", "--", "sh", "-c", HOLD_UNTIL_GO]).env("GO", &go).start();
+    assert!(wait_until(LIMIT, || held_on(&nodes, b"lock:wait") == 3), "held");
+    let mut waiter = quorum(&nodes).args(["-k", "lock:wait", "--wait", "30s", "--", "true"]).start();
+    let evals = || nodes.iter().map(|n| n.calls("evalsha")).sum::<u64>();
+    assert!(wait_until(LIMIT, || evals() > 3), "the waiter's first attempt");
+    let before = evals();
+    std::thread::sleep(Duration::from_millis(500));
+    let attempts = evals() - before;
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_bounded(&mut holder, LIMIT).success());
+    assert!(wait_bounded(&mut waiter, LIMIT).success());
+    // Retries with a jittered backoff (up to 2 s apart), each an attempt and its release on 3
+    // nodes: a few, where it was thousands.
+    assert!(attempts <= 60, "{attempts} script calls in 0.5 s while the lock was held");
+}
