@@ -103,9 +103,9 @@ pub struct Lock {
     /// Waiters are likely queued for this lock, for its release to hand it to, which only the
     /// full script does: this run waited in the queue itself, or its watch saw a queue.
     waiters: bool,
-    /// This run has held the lock (or releases it for one that did): its release announces
-    /// itself on every node of a quorum, whose waiters listen on one node only. A release
-    /// after an attempt that failed announces only what it deleted.
+    /// This run holds the lock (its last attempt took it), or releases it for one that did: its
+    /// release announces itself on every node of a quorum, whose waiters listen on one node
+    /// only. A release after an attempt that failed announces only what it deleted.
     held: bool,
     /// By node: whether it may hold the lock (granted it, did not answer in time, or was never
     /// asked by this process). A Redlock node that refused or could not be reached when the

@@ -100,6 +100,9 @@ impl Lock {
     /// One attempt on the keys of group `g`, on every node at once, given up as soon as a
     /// majority can no longer grant. Key indices in the answer are the lock's.
     async fn acquire_group(&mut self, g: usize, join: bool) -> Result<Acquired, Fault> {
+        // Until this attempt succeeds: a lock given back for too little lease left and tried
+        // again is not held, and the release after a failed attempt is not a holder's.
+        self.held = false;
         let n = self.nodes.len();
         let quorum = quorum(n);
         let width = self.groups[g].len();

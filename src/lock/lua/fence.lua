@@ -1,6 +1,7 @@
 -- Lua helpers for fences. Lua numbers are doubles, exact only up to 2^53, so fences travel as
 -- the decimal strings Redis writes (`INCR` checks and bumps the counter, `GET` reads it back
--- when it is past the time) and are compared as such: `less(a, b)` for canonical integers (no leading zeros).
+-- when it is past the time) and are compared as such: `less(a, b)` for canonical integers (no
+-- leading zeros).
 -- `now_us()`: the server clock in microseconds, as a decimal string. `bump(counter, ttl)`: the
 -- next fence, `max(counter + 1, server time in µs)`, stored with that TTL (→ `nil` and the
 -- error when the counter cannot be bumped).
